@@ -1,0 +1,1 @@
+from . import backbones  # noqa: F401  (registers the backbones)

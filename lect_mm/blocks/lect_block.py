@@ -1,0 +1,62 @@
+"""The LeCT transformer block (LeCT report §3, SPEC §5)."""
+from typing import Tuple
+
+import torch
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks import DropPath
+from mmengine.model import BaseModule
+from torch import nn
+
+from mmpretrain.registry import MODELS
+
+
+@MODELS.register_module()
+class LeCTBlock(BaseModule):
+    """Pre-norm block: ``x += DP(attn(LN(x)))``; ``x += DP(ffn(LN(x)))``.
+
+    ``attn`` and ``ffn`` are token blocks built from configs with
+    ``embed_dims`` as default argument, so LeMSA, LeMSAv2,
+    MultiheadSelfAttention, LeFFN (or any block with
+    ``forward(x, hw_shape)``) can be swapped in from a config. Submodules
+    ``norm1``, ``attn``, ``norm2``, ``ffn`` (reference: ``norm1``,
+    ``leatt``, ``norm2``, ``leff``).
+
+    Args:
+        embed_dims (int): Number of channels ``C``.
+        attn_cfg (dict): Token-mixer config, e.g.
+            ``dict(type='LeMSA', num_heads=2, sr_ratio=14)``.
+        ffn_cfg (dict): Channel-mixer config, e.g.
+            ``dict(type='LeFFN', ffn_ratio=2)``.
+        norm_cfg (dict): Norm config. Defaults to
+            ``dict(type='LN', eps=1e-6)``.
+        drop_path_rate (float): Stochastic-depth rate. Defaults to 0.
+        init_cfg (dict, optional): Initialization config. Defaults to None.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 attn_cfg: dict,
+                 ffn_cfg: dict,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 drop_path_rate: float = 0.,
+                 init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        self.embed_dims = embed_dims
+        self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.attn = MODELS.build(
+            attn_cfg, default_args=dict(embed_dims=embed_dims))
+        self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.ffn = MODELS.build(
+            ffn_cfg, default_args=dict(embed_dims=embed_dims))
+        self.drop_path = (
+            DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
+
+    def forward(self, x: torch.Tensor,
+                hw_shape: Tuple[int, int]) -> torch.Tensor:
+        """Forward tokens ``x`` (B, N, C) on the grid ``hw_shape`` = (H, W).
+
+        Returns:
+            torch.Tensor: Tokens (B, N, C).
+        """
+        x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
+        return x + self.drop_path(self.ffn(self.norm2(x), hw_shape))

@@ -1,0 +1,243 @@
+"""Query-axis upsamplers of LeMSA (LeCT report §3.3 and Appendix "LeCTv3").
+
+LeMSA attends with ``h' x w'`` pooled queries; the attention output, a
+``(B, C, h', w')`` map, is brought back to the ``(B, C, H, W)`` token grid by
+one of these interchangeable components. Each is registered in mmpretrain's
+``MODELS`` and is built by :class:`~lect_mm.blocks.LeMSA` with
+``MODELS.build(cfg, default_args=dict(channels=C))``; all share the call
+``forward(x, out_size)``.
+
+Submodule names and the matching keys of the reference checkpoint
+(``blocksI.J.leatt.v_upsample.*``, SPEC §7):
+
+=========================  ===========================  ===================
+upsampler                  library key                  reference key
+=========================  ===========================  ===================
+ResizeDWConvUpsampler      ``conv.weight``              ``v_upsample.1.weight``
+                           ``norm.*``                   ``v_upsample.2.*``
+SVConvTransposeUpsampler   ``reduce.weight``            ``v_upsample.0.weight``
+                           ``deconv.{weight,bias}``     ``v_upsample.2.*``
+                           ``expand.weight``            ``v_upsample.4.weight``
+=========================  ===========================  ===================
+
+LeCTv2 keeps its query upsampler inline in the reference (``leatt.v_conv``,
+``leatt.v_bn``); they map to ``conv`` and ``norm`` of a
+:class:`ResizeDWConvUpsampler`.
+"""
+from typing import Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from einops import rearrange
+from mmcv.cnn import build_norm_layer
+from mmengine.model import BaseModule
+
+from mmpretrain.registry import MODELS
+
+RESIZE_MODES = ('nearest', 'bilinear', 'bicubic')
+
+
+def check_resize_mode(mode: str, arg_name: str = 'mode') -> str:
+    """Validate an interpolation mode for the key/query resize.
+
+    Args:
+        mode (str): The mode to check.
+        arg_name (str): Argument name used in the error message.
+            Defaults to 'mode'.
+
+    Returns:
+        str: ``mode`` unchanged.
+    """
+    if mode not in RESIZE_MODES:
+        raise ValueError(f'Unsupported {arg_name} {mode!r}; choose from '
+                         f'{list(RESIZE_MODES)}.')
+    return mode
+
+
+def resize(x: torch.Tensor, size: Tuple[int, int], mode: str) -> torch.Tensor:
+    """Resize a ``(B, C, h, w)`` map to exactly ``size``.
+
+    ``align_corners=False`` for the (bi)linear/cubic modes, as the reference's
+    ``nn.Upsample(scale_factor=K)``. When ``size`` is an integer multiple of
+    the input size, resizing to ``size`` is bit-identical to
+    ``scale_factor=K`` (tested).
+
+    Args:
+        x (torch.Tensor): Input map ``(B, C, h, w)``.
+        size (tuple[int, int]): Output size ``(H, W)``.
+        mode (str): One of ``'nearest'``, ``'bilinear'``, ``'bicubic'``.
+
+    Returns:
+        torch.Tensor: The resized map ``(B, C, H, W)``.
+    """
+    align_corners = None if mode == 'nearest' else False
+    return F.interpolate(
+        x, size=tuple(size), mode=mode, align_corners=align_corners)
+
+
+def _pair(value: Union[int, Sequence[int]], name: str) -> Tuple[int, int]:
+    if isinstance(value, int):
+        value = (value, value)
+    value = tuple(value)
+    if len(value) != 2 or not all(
+            isinstance(v, int) and v > 0 for v in value):
+        raise ValueError(
+            f'{name} must be a positive int or a pair of them, got {value}.')
+    return value
+
+
+@MODELS.register_module()
+class ResizeUpsampler(BaseModule):
+    """Plain resize of the attention output (query upsampler 1 of SPEC §3).
+
+    Args:
+        channels (int): Number of channels (kept for a uniform interface; the
+            resize has no parameters).
+        mode (str): Interpolation mode, one of ``'nearest'``, ``'bilinear'``,
+            ``'bicubic'``. Defaults to 'bilinear'.
+        init_cfg (dict, optional): Initialization config. Defaults to None.
+    """
+
+    def __init__(self, channels: int, mode: str = 'bilinear', init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        self.channels = channels
+        self.mode = check_resize_mode(mode)
+
+    def forward(self, x: torch.Tensor,
+                out_size: Tuple[int, int]) -> torch.Tensor:
+        """Resize ``x`` (B, C, h', w') to ``out_size`` (H, W)."""
+        return resize(x, out_size, self.mode)
+
+    def extra_repr(self) -> str:
+        return f'channels={self.channels}, mode={self.mode!r}'
+
+
+@MODELS.register_module()
+class ResizeDWConvUpsampler(BaseModule):
+    """Resize, depthwise conv, norm: the LeCT v1/v2 query upsampler.
+
+    Resize to ``(H, W)`` → depthwise ``k x k`` conv (no bias) → BatchNorm
+    (report §3.3, query-axis upsampling; SPEC §3 item 2).
+
+    Args:
+        channels (int): Number of channels ``C``.
+        mode (str): Interpolation mode, one of ``'nearest'``, ``'bilinear'``,
+            ``'bicubic'``. Defaults to 'bilinear'.
+        kernel_size (int): Depthwise kernel size (odd). Defaults to 3.
+        norm_cfg (dict): Norm layer config. Defaults to ``dict(type='BN')``.
+        init_cfg (dict, optional): Initialization config. Defaults to None.
+    """
+
+    def __init__(self,
+                 channels: int,
+                 mode: str = 'bilinear',
+                 kernel_size: int = 3,
+                 norm_cfg: dict = dict(type='BN'),
+                 init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        self.mode = check_resize_mode(mode)
+        self.conv = nn.Conv2d(
+            channels,
+            channels,
+            kernel_size,
+            padding=kernel_size // 2,
+            groups=channels,
+            bias=False)
+        self.norm = build_norm_layer(norm_cfg, channels)[1]
+
+    def forward(self, x: torch.Tensor,
+                out_size: Tuple[int, int]) -> torch.Tensor:
+        """Upsample ``x`` (B, C, h', w') to (B, C, *out_size)."""
+        return self.norm(self.conv(resize(x, out_size, self.mode)))
+
+
+@MODELS.register_module()
+class SVConvTransposeUpsampler(BaseModule):
+    """Spatially-varying transposed-conv upsampler of LeCT v3.
+
+    Report Appendix "LeCTv3", SPEC §3 item 3. Every pooled position owns a
+    private ``K x K`` kernel per reduced channel::
+
+        Conv1x1(C -> c', no bias), c' = int(C * cr_ratio)
+        -> reshape (B, c'*h'*w', 1, 1), channel order (c', h', w')
+        -> ConvTranspose2d(c'h'w', c'h'w', K, stride=K, groups=c'h'w', bias)
+        -> each K x K patch to its own position: (B, c', h'K, w'K)
+        -> Conv1x1(c' -> C, no bias)
+
+    The weights depend on ``(h', w')``, so the module serves exactly one
+    pooled grid and one output size ``(h'K, w'K)``; any other raises a
+    ``ValueError`` stating the expected and the given size.
+
+    Args:
+        channels (int): Number of channels ``C``.
+        in_size (int | tuple[int, int]): The pooled grid ``(h', w')`` it is
+            built for.
+        scale_factor (int): Upsampling factor ``K`` (the ``sr_ratio``).
+        cr_ratio (float): Channel-reduction ratio. Defaults to 0.1.
+        init_cfg (dict, optional): Initialization config. Defaults to None.
+    """
+
+    def __init__(self,
+                 channels: int,
+                 in_size: Union[int, Sequence[int]],
+                 scale_factor: int,
+                 cr_ratio: float = 0.1,
+                 init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        self.in_size = _pair(in_size, 'in_size')
+        if not isinstance(scale_factor, int) or scale_factor < 1:
+            raise ValueError('scale_factor must be a positive int, got '
+                             f'{scale_factor!r}.')
+        self.scale_factor = scale_factor
+        self.reduced_channels = int(channels * cr_ratio)
+        if self.reduced_channels < 1:
+            raise ValueError(
+                f'int(channels * cr_ratio) = int({channels} * {cr_ratio}) '
+                'must be at least 1.')
+        h, w = self.in_size
+        groups = self.reduced_channels * h * w
+        self.reduce = nn.Conv2d(
+            channels, self.reduced_channels, 1, bias=False)
+        self.deconv = nn.ConvTranspose2d(
+            groups,
+            groups,
+            scale_factor,
+            stride=scale_factor,
+            groups=groups,
+            bias=True)
+        self.expand = nn.Conv2d(
+            self.reduced_channels, channels, 1, bias=False)
+
+    @property
+    def out_size(self) -> Tuple[int, int]:
+        """tuple[int, int]: The only output size ``(h'K, w'K)``."""
+        return (self.in_size[0] * self.scale_factor,
+                self.in_size[1] * self.scale_factor)
+
+    def forward(self, x: torch.Tensor,
+                out_size: Tuple[int, int]) -> torch.Tensor:
+        """Upsample ``x`` (B, C, h', w') to (B, C, h'K, w'K)."""
+        if tuple(x.shape[-2:]) != self.in_size:
+            raise ValueError(
+                'SVConvTransposeUpsampler was built for a pooled grid '
+                f'(h\', w\') = {self.in_size}, got {tuple(x.shape[-2:])}; '
+                'it holds one kernel per position and cannot change '
+                'resolution.')
+        if tuple(out_size) != self.out_size:
+            raise ValueError(
+                'SVConvTransposeUpsampler only produces the size '
+                f'(h\'K, w\'K) = {self.out_size}, got out_size '
+                f'{tuple(out_size)}; use a feature map whose size is '
+                f'{self.out_size} or a resize-based upsampler.')
+        h, w = self.in_size
+        y = self.reduce(x)
+        y = rearrange(y, 'b c h w -> b (c h w) 1 1')
+        y = self.deconv(y)
+        y = rearrange(
+            y, 'b (c h w) kh kw -> b c (h kh) (w kw)', h=h, w=w)
+        return self.expand(y)
+
+    def extra_repr(self) -> str:
+        return (f'in_size={self.in_size}, scale_factor={self.scale_factor}, '
+                f'reduced_channels={self.reduced_channels}')

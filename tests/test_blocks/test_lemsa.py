@@ -1,0 +1,412 @@
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from lect_mm.blocks import LeMSA, LeMSAv2
+from lect_mm.blocks.lemsa import _pool
+
+
+def _randomize_bn(module):
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.copy_(torch.randn(m.num_features,
+                                                 generator=gen) * 0.1)
+                m.running_var.copy_(torch.rand(m.num_features,
+                                               generator=gen) + 0.5)
+                m.weight.copy_(1 + torch.randn(m.num_features,
+                                               generator=gen) * 0.1)
+                m.bias.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
+    return module
+
+
+def _bn(x, bn):
+    return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight,
+                        bn.bias, training=False, eps=bn.eps)
+
+
+def spec_lemsa(m, x, hw, k_ratio, mode='bilinear', sv=False):
+    """SPEC §2 written out with plain torch ops and an explicit head loop.
+
+    Divisible sizes only; query upsampler v1 (nn.Upsample ×K → DWConv → BN)
+    or v3 (SV ConvTranspose, written with a per-position loop).
+    """
+    B, N, C = x.shape
+    H, W = hw
+    heads = m.num_heads
+    d = C // heads
+    h, w = H // k_ratio, W // k_ratio
+    up = nn.Upsample(scale_factor=k_ratio, mode=mode, align_corners=False)
+    v = F.linear(x, m.proj_v.weight)  # (B, N, C)
+    v_map = v.transpose(1, 2).reshape(B, C, H, W)
+    a = _bn(F.conv2d(v_map, m.conv1[0].weight, padding=1, groups=C),
+            m.conv1[1])
+    q = F.avg_pool2d(a, k_ratio)
+    b = _bn(F.conv2d(F.gelu(a), m.conv2[0].weight, padding=1, groups=C),
+            m.conv2[1])
+    k = F.avg_pool2d(b, k_ratio)
+    skip = F.gelu(b)
+    outs = []
+    for i in range(heads):
+        qi = q[:, i * d:(i + 1) * d].reshape(B, d, h * w).transpose(1, 2)
+        ki = k[:, i * d:(i + 1) * d].reshape(B, d, h * w).transpose(1, 2)
+        vi = v[:, :, i * d:(i + 1) * d]
+        M = qi @ ki.transpose(1, 2)  # (B, Nq, Nq)
+        Mup = up(M.reshape(B, h * w, h, w)).reshape(B, h * w, N)
+        A = torch.softmax(Mup * C**-0.5, dim=-1)
+        outs.append(A @ vi)  # (B, Nq, d)
+    o_map = torch.cat(outs, dim=2).transpose(1, 2).reshape(B, C, h, w)
+    qu = m.query_upsampler
+    if not sv:
+        o_up = _bn(F.conv2d(up(o_map), qu.conv.weight, padding=1, groups=C),
+                   qu.norm)
+    else:
+        red = F.conv2d(o_map, qu.reduce.weight)
+        cr = red.shape[1]
+        mid = torch.zeros(B, cr, H, W)
+        for c in range(cr):
+            for i in range(h):
+                for j in range(w):
+                    g = c * h * w + i * w + j
+                    mid[:, c, i * k_ratio:(i + 1) * k_ratio,
+                        j * k_ratio:(j + 1) * k_ratio] = (
+                            red[:, c, i, j, None, None] *
+                            qu.deconv.weight[g, 0] + qu.deconv.bias[g])
+        o_up = F.conv2d(mid, qu.expand.weight)
+    out = (o_up + skip).flatten(2).transpose(1, 2)
+    return F.linear(out, m.proj.weight, m.proj.bias)
+
+
+@pytest.mark.parametrize('impl', ['fused', 'literal'])
+@pytest.mark.parametrize('mode', ['bilinear', 'bicubic'])
+@pytest.mark.parametrize('hw,k', [((14, 14), 7), ((8, 12), 4)])
+def test_matches_spec_written_reference(impl, mode, hw, k):
+    torch.manual_seed(0)
+    m = _randomize_bn(
+        LeMSA(16, 2, sr_ratio=k, key_upsample=mode, impl=impl,
+              query_upsampler=dict(type='ResizeDWConvUpsampler',
+                                   mode=mode))).eval()
+    x = torch.randn(2, hw[0] * hw[1], 16)
+    torch.testing.assert_close(
+        m(x, hw), spec_lemsa(m, x, hw, k, mode), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('impl', ['fused', 'literal'])
+def test_matches_spec_written_reference_sv(impl):
+    torch.manual_seed(0)
+    m = _randomize_bn(
+        LeMSA(20, 2, sr_ratio=4, impl=impl,
+              query_upsampler=dict(
+                  type='SVConvTransposeUpsampler', in_size=(2, 3)))).eval()
+    assert m.query_upsampler.scale_factor == 4  # defaulted from sr_ratio
+    x = torch.randn(2, 8 * 12, 20)
+    torch.testing.assert_close(
+        m(x, (8, 12)), spec_lemsa(m, x, (8, 12), 4, sv=True),
+        rtol=1e-5, atol=1e-5)
+
+
+def fused_vs_literal(make, x, hw, train=False):
+    """Compare impl='fused' and 'literal' (same weights): outputs and the
+    gradients of the input and of every parameter.
+
+    Eval mode (running BN statistics, randomised): element-wise within
+    1e-5 in float32. Train mode (batch statistics): BN's backward turns
+    float32 rounding into absolute errors proportional to the gradient
+    scale (weight gradients ~1e2 here, and some BN-bias gradients are
+    exactly zero in real arithmetic, so no relative tolerance fits them);
+    float32 must agree within 1e-5 times the largest gradient of the module,
+    and float64 element-wise within 1e-10, which shows the two paths are
+    the same function.
+    """
+    dtypes = (torch.float64, torch.float32) if train else (torch.float32, )
+    for dtype in dtypes:
+        torch.manual_seed(0)
+        fused = _randomize_bn(make('fused')).to(dtype).train(train)
+        literal = make('literal').to(dtype).train(train)
+        literal.load_state_dict(fused.state_dict())
+        weight = torch.randn(x.shape, dtype=dtype)
+        results = []
+        for m in (fused, literal):
+            xi = x.to(dtype).clone().requires_grad_()
+            y = m(xi, hw)
+            (y * weight).sum().backward()
+            results.append([y.detach(), xi.grad] +
+                           [p.grad for p in m.parameters()])
+        assert len(results[0]) == len(results[1])
+        assert all(t is not None for t in results[0] + results[1])
+        scale = max(1., max(t.abs().max().item() for t in results[1][1:]))
+        for got, ref in zip(*results):
+            if dtype == torch.float64:
+                torch.testing.assert_close(got, ref, rtol=1e-10, atol=1e-10)
+            elif train:
+                err = (got - ref).abs().max().item()
+                assert err <= 1e-5 * scale, (err, scale)
+            else:
+                torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('train', [False, True])
+@pytest.mark.parametrize('mode', ['bilinear', 'bicubic'])
+@pytest.mark.parametrize('hw,k', [((14, 14), 7), ((12, 20), 4), ((13, 10), 4)])
+def test_fused_equals_literal_values_and_grads(train, mode, hw, k):
+    x = torch.randn(2, hw[0] * hw[1], 16)
+    fused_vs_literal(
+        lambda impl: LeMSA(16, 2, sr_ratio=k, key_upsample=mode, impl=impl),
+        x, hw, train)
+
+
+def test_fused_equals_literal_pool_size_and_ablation():
+    x = torch.randn(2, 11 * 9, 16)
+    fused_vs_literal(
+        lambda impl: LeMSA(16, 4, pool_size=(3, 2), impl=impl,
+                           qkv_mode='parallel', conv_skip=False),
+        x, (11, 9))
+
+
+@pytest.mark.parametrize('hw,k,pooled', [
+    ((56, 56), 14, (4, 4)),
+    ((16, 24), 4, (4, 6)),
+    ((13, 10), 4, (4, 3)),
+    ((5, 3), 14, (1, 1)),
+])
+def test_shapes_and_pooled_grid(hw, k, pooled):
+    m = LeMSA(8, 2, sr_ratio=k)
+    m.return_attn_map = True
+    y = m(torch.randn(2, hw[0] * hw[1], 8), hw)
+    assert y.shape == (2, hw[0] * hw[1], 8)
+    assert m.attn_map.shape == (2, 2, pooled[0] * pooled[1], hw[0] * hw[1])
+
+
+def test_ceil_pooling_averages_valid_border_pixels():
+    x = torch.randn(1, 2, 5, 7)
+    p = _pool(x, 3, None, 'avg')
+    assert p.shape == (1, 2, 2, 3)
+    torch.testing.assert_close(p[..., 1, 2], x[..., 3:5, 6:7].mean((-2, -1)))
+    torch.testing.assert_close(p[..., 0, 0], x[..., 0:3, 0:3].mean((-2, -1)))
+
+
+def test_pool_size_equals_sr_ratio_when_divisible():
+    torch.manual_seed(0)
+    a = LeMSA(8, 2, sr_ratio=7).eval()
+    b = LeMSA(8, 2, pool_size=(2, 3)).eval()
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(2, 14 * 21, 8)
+    torch.testing.assert_close(a(x, (14, 21)), b(x, (14, 21)))
+
+
+def test_pool_size_keeps_grid_fixed_at_any_resolution():
+    m = LeMSA(8, 2, pool_size=4)
+    m.return_attn_map = True
+    for hw in [(8, 8), (17, 30), (3, 5)]:
+        y = m(torch.randn(1, hw[0] * hw[1], 8), hw)
+        assert y.shape == (1, hw[0] * hw[1], 8)
+        assert m.attn_map.shape[2] == 16
+
+
+def test_parameter_count_lect_stage1():
+    m = LeMSA(64, 2, sr_ratio=14, qkv_bias=False,
+              query_upsampler=dict(type='ResizeDWConvUpsampler'))
+    expected = (
+        64 * 64  # proj_v: Linear(64 -> 64), no bias
+        + 64 * 9 + 2 * 64  # conv1: DWConv3x3 (no bias) + BN(64)
+        + 64 * 9 + 2 * 64  # conv2: DWConv3x3 (no bias) + BN(64)
+        + 64 * 9 + 2 * 64  # query upsampler: DWConv3x3 (no bias) + BN(64)
+        + 64 * 64 + 64)  # proj: Linear(64 -> 64) with bias
+    assert sum(p.numel() for p in m.parameters()) == expected == 10368
+
+
+def test_reference_key_layout():
+    keys = set(LeMSA(8, 2, sr_ratio=2).state_dict())
+    assert {
+        'proj_v.weight', 'conv1.0.weight', 'conv1.1.weight', 'conv1.1.bias',
+        'conv1.1.running_mean', 'conv2.0.weight', 'conv2.1.running_var',
+        'query_upsampler.conv.weight', 'query_upsampler.norm.weight',
+        'proj.weight', 'proj.bias'
+    } <= keys
+    assert 'proj_v.bias' not in keys and 'conv1.0.bias' not in keys
+    keys = set(LeMSA(8, 2, sr_ratio=2, qkv_bias=True).state_dict())
+    assert {'proj_v.bias', 'conv1.0.bias', 'conv2.0.bias'} <= keys
+
+
+def test_attn_map_opt_in(monkeypatch):
+    torch.manual_seed(0)
+    x = torch.randn(2, 12 * 8, 8)
+    fused = LeMSA(8, 2, sr_ratio=4)
+    literal = LeMSA(8, 2, sr_ratio=4, impl='literal')
+    literal.load_state_dict(fused.state_dict())
+
+    # Off (default): nothing stored, and the fused path never computes a
+    # softmax map.
+    def no_softmax(*args, **kwargs):
+        raise AssertionError('attention map computed although not asked')
+
+    with monkeypatch.context() as mp:
+        mp.setattr(torch.Tensor, 'softmax', no_softmax)
+        mp.setattr(torch, 'softmax', no_softmax)
+        fused(x, (12, 8))
+    assert fused.attn_map is None and not fused.return_attn_map
+
+    maps = []
+    for m in (fused, literal):
+        m.return_attn_map = True
+        m(x, (12, 8))
+        maps.append(m.attn_map)
+        assert m.attn_map.shape == (2, 2, 3 * 2, 12 * 8)
+        assert not m.attn_map.requires_grad
+    torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 2, 6))
+    torch.testing.assert_close(maps[0], maps[1], rtol=1e-5, atol=1e-6)
+
+
+def _capture_conv2_input(m, x, hw):
+    seen = {}
+    hook = m.conv2.register_forward_hook(
+        lambda mod, args, out: seen.update(inp=args[0], out=out))
+    seen_a = {}
+    hook_a = m.conv1.register_forward_hook(
+        lambda mod, args, out: seen_a.update(inp=args[0], out=out))
+    y = m(x, hw)
+    hook.remove()
+    hook_a.remove()
+    return y, seen_a, seen
+
+
+def test_qkv_mode_sequential_and_parallel():
+    torch.manual_seed(0)
+    x = torch.randn(2, 64, 8)
+    seq = LeMSA(8, 2, sr_ratio=4).eval()
+    _, a, b = _capture_conv2_input(seq, x, (8, 8))
+    torch.testing.assert_close(b['inp'], F.gelu(a['out']))
+
+    par = LeMSA(8, 2, sr_ratio=4, qkv_mode='parallel').eval()
+    par.load_state_dict(seq.state_dict())
+    _, a, b = _capture_conv2_input(par, x, (8, 8))
+    torch.testing.assert_close(b['inp'], a['inp'])  # both from v
+    assert not torch.allclose(par(x, (8, 8)), seq(x, (8, 8)))
+
+
+def test_conv_skip_off_removes_gelu_b_term():
+    torch.manual_seed(0)
+    x = torch.randn(2, 64, 8)
+    with_skip = LeMSA(8, 2, sr_ratio=4).eval()
+    no_skip = LeMSA(8, 2, sr_ratio=4, conv_skip=False).eval()
+    no_skip.load_state_dict(with_skip.state_dict())
+    _, _, b = _capture_conv2_input(with_skip, x, (8, 8))
+    skip_tokens = F.gelu(b['out']).flatten(2).transpose(1, 2)
+    diff = with_skip(x, (8, 8)) - no_skip(x, (8, 8))
+    torch.testing.assert_close(
+        diff, F.linear(skip_tokens, with_skip.proj.weight), rtol=1e-5,
+        atol=1e-5)
+
+
+def test_sv_upsampler_rejects_other_resolution():
+    m = LeMSA(20, 2, sr_ratio=4,
+              query_upsampler=dict(type='SVConvTransposeUpsampler',
+                                   in_size=2))
+    assert m(torch.randn(1, 64, 20), (8, 8)).shape == (1, 64, 20)
+    with pytest.raises(ValueError, match=r'\(2, 2\).*got \(3, 3\)'):
+        m(torch.randn(1, 144, 20), (12, 12))
+    with pytest.raises(ValueError, match='out_size'):
+        m(torch.randn(1, 49, 20), (7, 7))  # ceil grid 2x2, but 8x8 != 7x7
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(embed_dims=10, num_heads=4, sr_ratio=2),
+     r'embed_dims \(10\).*num_heads \(4\)'),
+    (dict(embed_dims=8, num_heads=2, sr_ratio=2, key_upsample='area'),
+     r"key_upsample 'area'.*'nearest', 'bilinear', 'bicubic'"),
+    (dict(embed_dims=8, num_heads=2, sr_ratio=2, impl='flash'),
+     r"impl 'flash'.*'fused', 'literal'"),
+    (dict(embed_dims=8, num_heads=2, sr_ratio=2, qkv_mode='chained'),
+     r"qkv_mode 'chained'.*'sequential', 'parallel'"),
+    (dict(embed_dims=8, num_heads=2), 'exactly one of sr_ratio'),
+    (dict(embed_dims=8, num_heads=2, sr_ratio=2, pool_size=4),
+     'exactly one of sr_ratio'),
+    (dict(embed_dims=8, num_heads=2, sr_ratio=0), 'sr_ratio'),
+    (dict(embed_dims=8, num_heads=2, pool_size=(2, 0)), 'pool_size'),
+])
+def test_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        LeMSA(**kwargs)
+
+
+def test_dropout_active_only_in_training():
+    m = LeMSA(8, 2, sr_ratio=4, attn_drop=0.5, proj_drop=0.5)
+    x = torch.randn(2, 64, 8)
+    m.eval()
+    torch.testing.assert_close(m(x, (8, 8)), m(x, (8, 8)))
+    m.train()
+    torch.manual_seed(0)
+    y1 = m(x, (8, 8))
+    torch.manual_seed(1)
+    assert not torch.allclose(y1, m(x, (8, 8)))
+    assert math.isclose(m.scale, 8**-0.5)
+
+
+REFERENCE_FILE = Path(__file__).parents[1] / 'reference' / 'lect_reference.py'
+
+# Reference (SPEC §7, under ``leatt.``) -> library key prefixes.
+KEY_MAPS = {
+    'v1': {'v_upsample.1.': 'query_upsampler.conv.',
+           'v_upsample.2.': 'query_upsampler.norm.'},
+    'v3': {'v_upsample.0.': 'query_upsampler.reduce.',
+           'v_upsample.2.': 'query_upsampler.deconv.',
+           'v_upsample.4.': 'query_upsampler.expand.'},
+    'v2': {'v_conv.': 'query_upsampler.conv.',
+           'v_bn.': 'query_upsampler.norm.'},
+}
+
+
+def _convert(state_dict, variant):
+    out = {}
+    for key, value in state_dict.items():
+        for old, new in KEY_MAPS[variant].items():
+            if key.startswith(old):
+                key = new + key[len(old):]
+        out[key] = value
+    return out
+
+
+@pytest.mark.skipif(
+    not REFERENCE_FILE.exists(), reason='tests/reference not present')
+@pytest.mark.parametrize('variant', ['v1', 'v2', 'v3'])
+def test_matches_shared_reference_layer_after_key_mapping(variant):
+    # tests/reference/lect_reference.py is a second, independent SPEC
+    # implementation in the reference checkpoint layout.
+    spec = importlib.util.spec_from_file_location('lect_reference',
+                                                  REFERENCE_FILE)
+    ref_mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref_mod)
+    torch.manual_seed(0)
+    if variant == 'v2':
+        ref = ref_mod.LeAttV2(32, 2, 4, 'bicubic', 0.25)
+        ours = LeMSAv2(32, 2, 4, 0.25)
+    else:
+        ref = ref_mod.LeAtt(32, 2, 4, 'bilinear', variant, pooled=(2, 3))
+        upsampler = (dict(type='SVConvTransposeUpsampler', in_size=(2, 3))
+                     if variant == 'v3' else
+                     dict(type='ResizeDWConvUpsampler'))
+        ours = LeMSA(32, 2, sr_ratio=4, query_upsampler=upsampler)
+    ref_mod.randomize_(ref)
+    ours.load_state_dict(_convert(ref.state_dict(), variant), strict=True)
+    ref.eval()
+    ours.eval()
+    x = torch.randn(2, 8 * 12, 32)
+    with torch.no_grad():
+        expected = ref(x, (8, 12))
+        for impl in ('fused', 'literal'):
+            ours.impl = impl
+            torch.testing.assert_close(
+                ours(x, (8, 12)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_hw_shape_must_match_tokens():
+    with pytest.raises(ValueError, match=r'hw_shape \(5, 5\).*24 tokens'):
+        LeMSA(8, 2, sr_ratio=2)(torch.randn(1, 24, 8), (5, 5))
+    with pytest.raises(ValueError, match='hw_shape'):
+        LeMSAv2(8, 2, 2, 0.5)(torch.randn(1, 24, 8), (5, 5))

@@ -1,0 +1,129 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lect_mm.blocks import (ResizeDWConvUpsampler, ResizeUpsampler,
+                            SVConvTransposeUpsampler)
+from lect_mm.blocks.upsample import resize
+from mmpretrain.registry import MODELS
+
+
+@pytest.mark.parametrize('mode', ['nearest', 'bilinear', 'bicubic'])
+@pytest.mark.parametrize('hw,k', [((4, 4), 14), ((4, 4), 7), ((7, 7), 2),
+                                  ((2, 3), 7)])
+def test_resize_to_size_equals_scale_factor(mode, hw, k):
+    # The blocks resize to an explicit (H, W); for divisible sizes this must
+    # be bit-identical to the reference's nn.Upsample(scale_factor=K).
+    x = torch.randn(2, 3, *hw)
+    ref = torch.nn.Upsample(
+        scale_factor=k, mode=mode,
+        align_corners=None if mode == 'nearest' else False)(x)
+    assert torch.equal(resize(x, (hw[0] * k, hw[1] * k), mode), ref)
+
+
+@pytest.mark.parametrize('cfg', [
+    dict(type='ResizeUpsampler'),
+    dict(type='ResizeUpsampler', mode='bicubic'),
+    dict(type='ResizeDWConvUpsampler'),
+    dict(type='ResizeDWConvUpsampler', mode='nearest', kernel_size=5),
+])
+@pytest.mark.parametrize('in_hw,out_hw', [((4, 4), (56, 56)),
+                                          ((2, 3), (13, 20))])
+def test_resize_upsamplers_output_size(cfg, in_hw, out_hw):
+    up = MODELS.build(cfg, default_args=dict(channels=8))
+    y = up(torch.randn(2, 8, *in_hw), out_hw)
+    assert y.shape == (2, 8, *out_hw)
+
+
+def test_resize_dwconv_matches_reference_layers():
+    up = ResizeDWConvUpsampler(6).eval()
+    with torch.no_grad():
+        up.norm.running_mean.uniform_(-1, 1)
+        up.norm.running_var.uniform_(0.5, 2)
+        up.norm.weight.uniform_(0.5, 2)
+        up.norm.bias.uniform_(-1, 1)
+    x = torch.randn(2, 6, 4, 4)
+    ref = torch.nn.Upsample(scale_factor=7, mode='bilinear')(x)
+    ref = F.conv2d(ref, up.conv.weight, padding=1, groups=6)
+    ref = F.batch_norm(ref, up.norm.running_mean, up.norm.running_var,
+                       up.norm.weight, up.norm.bias, eps=up.norm.eps)
+    torch.testing.assert_close(up(x, (28, 28)), ref, rtol=0, atol=1e-6)
+    assert up.conv.bias is None
+    assert sorted(up.state_dict()) == [
+        'conv.weight', 'norm.bias', 'norm.num_batches_tracked',
+        'norm.running_mean', 'norm.running_var', 'norm.weight'
+    ]
+
+
+def test_resize_upsampler_has_no_parameters():
+    assert len(list(ResizeUpsampler(8).parameters())) == 0
+
+
+def test_invalid_mode():
+    with pytest.raises(ValueError, match="'area'.*'nearest', 'bilinear'"):
+        ResizeUpsampler(8, mode='area')
+    with pytest.raises(ValueError, match='bicubic'):
+        ResizeDWConvUpsampler(8, mode='linear')
+
+
+@pytest.mark.parametrize('in_size,k', [((4, 4), 14), ((2, 3), 7), (3, 2)])
+def test_sv_output_size(in_size, k):
+    up = SVConvTransposeUpsampler(32, in_size=in_size, scale_factor=k)
+    h, w = up.in_size
+    y = up(torch.randn(2, 32, h, w), (h * k, w * k))
+    assert y.shape == (2, 32, h * k, w * k)
+    assert up.out_size == (h * k, w * k)
+
+
+def test_sv_layout_matches_per_position_loop():
+    # Written from SPEC §3 item 3 with an explicit loop: reduced channel c at
+    # pooled position (i, j) owns the ConvTranspose group c*h*w + i*w + j,
+    # whose K x K output patch lands at rows iK.., cols jK...
+    c_in, h, w, k = 20, 2, 3, 4
+    up = SVConvTransposeUpsampler(c_in, in_size=(h, w), scale_factor=k)
+    cr = up.reduced_channels
+    assert cr == 2
+    x = torch.randn(2, c_in, h, w)
+    red = F.conv2d(x, up.reduce.weight)
+    mid = torch.zeros(2, cr, h * k, w * k)
+    for c in range(cr):
+        for i in range(h):
+            for j in range(w):
+                g = c * h * w + i * w + j
+                patch = red[:, c, i, j, None, None] * up.deconv.weight[g, 0]
+                mid[:, c, i * k:(i + 1) * k, j * k:(j + 1) * k] = (
+                    patch + up.deconv.bias[g])
+    ref = F.conv2d(mid, up.expand.weight)
+    torch.testing.assert_close(
+        up(x, (h * k, w * k)), ref, rtol=0, atol=1e-6)
+
+
+def test_sv_parameter_count_and_keys_lect_v3_stage1():
+    up = SVConvTransposeUpsampler(64, in_size=(4, 4), scale_factor=14)
+    # c' = int(64 * 0.1) = 6, groups = c' * 4 * 4 = 96
+    expected = (
+        64 * 6  # reduce: Conv1x1(64 -> 6), no bias
+        + 96 * 14 * 14 + 96  # deconv: weight (96, 1, 14, 14) + bias
+        + 6 * 64)  # expand: Conv1x1(6 -> 64), no bias
+    assert sum(p.numel() for p in up.parameters()) == expected == 19680
+    assert up.reduce.weight.shape == (6, 64, 1, 1)
+    assert up.deconv.weight.shape == (96, 1, 14, 14)
+    assert up.expand.weight.shape == (64, 6, 1, 1)
+
+
+def test_sv_size_errors():
+    up = SVConvTransposeUpsampler(16, in_size=(4, 4), scale_factor=7)
+    with pytest.raises(ValueError, match=r"\(4, 4\).*got \(3, 4\)"):
+        up(torch.randn(1, 16, 3, 4), (21, 28))
+    with pytest.raises(ValueError,
+                       match=r'\(28, 28\).*got out_size \(27, 28\)'):
+        up(torch.randn(1, 16, 4, 4), (27, 28))
+
+
+def test_sv_argument_errors():
+    with pytest.raises(ValueError, match='at least 1'):
+        SVConvTransposeUpsampler(8, in_size=4, scale_factor=2)
+    with pytest.raises(ValueError, match='in_size'):
+        SVConvTransposeUpsampler(32, in_size=(4, 0), scale_factor=2)
+    with pytest.raises(ValueError, match='scale_factor'):
+        SVConvTransposeUpsampler(32, in_size=4, scale_factor=1.5)

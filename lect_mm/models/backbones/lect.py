@@ -1,0 +1,431 @@
+"""LeCT: Locally-enhanced Convolutional Transformer (report §3, SPEC §5-6).
+
+Three stages, each ``ConvPatchEmbed -> depth x LeCTBlock -> LayerNorm``. The
+blocks themselves (LeMSA, LeMSAv2, LeFFN, the query upsamplers) live in
+:mod:`lect_mm.blocks`; this file only wires them from config dicts, so a config
+can swap the attention, the FFN, the patch embedding or an upsampler without
+code changes.
+"""
+import copy
+import inspect
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.utils.checkpoint as cp
+from einops import rearrange
+from mmcv.cnn import build_norm_layer
+from mmengine.model import BaseModule, ModuleList
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from mmpretrain.models.backbones.base_backbone import BaseBackbone
+from mmpretrain.registry import MODELS
+
+
+def _accepted_args(type_) -> Optional[set]:
+    """Names accepted by the ``__init__`` of a registered type.
+
+    Returns None when the class takes ``**kwargs`` (it accepts anything).
+    """
+    cls = MODELS.get(type_) if isinstance(type_, str) else type_
+    if cls is None:
+        raise KeyError(f'{type_!r} is not in the mmpretrain::model registry; '
+                       'did you import lect_mm (custom_imports)?')
+    params = inspect.signature(cls.__init__).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return None
+    return set(params) - {'self'}
+
+
+def merge_cfg(base: dict, override: Optional[dict]) -> dict:
+    """Merge an override config onto a base config, recursively.
+
+    Nested dicts are merged key by key. When ``override`` names a different
+    ``type`` than ``base``, only the entries of ``base`` that the new type's
+    ``__init__`` accepts are kept (so e.g. ``sr_ratio`` survives a swap from
+    LeMSA to LeMSAv2, and nothing LeMSA-specific reaches
+    MultiheadSelfAttention). ``_delete_=True`` in ``override`` discards
+    ``base`` altogether, as in mmengine configs.
+
+    Args:
+        base (dict): The base config (not modified).
+        override (dict, optional): The entries to apply on top.
+
+    Returns:
+        dict: A new merged config.
+    """
+    override = copy.deepcopy(dict(override or {}))
+    if override.pop('_delete_', False):
+        return override
+    merged = copy.deepcopy(dict(base))
+    new_type = override.get('type')
+    if new_type is not None and new_type != merged.get('type'):
+        accepted = _accepted_args(new_type)
+        if accepted is not None:
+            merged = {k: v for k, v in merged.items() if k in accepted}
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_cfg(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _set_defaults(cfg: dict, **defaults) -> dict:
+    """Fill ``defaults`` into ``cfg`` where unset and accepted by its type."""
+    accepted = _accepted_args(cfg['type'])
+    for key, value in defaults.items():
+        if accepted is None or key in accepted:
+            cfg.setdefault(key, value)
+    return cfg
+
+
+def _per_stage(cfg: Union[dict, Sequence[dict], None], num_stages: int,
+               name: str) -> List[Optional[dict]]:
+    if cfg is None or isinstance(cfg, dict):
+        return [cfg] * num_stages
+    cfg = list(cfg)
+    if len(cfg) != num_stages:
+        raise ValueError(f'{name} must be a dict or a list of {num_stages} '
+                         f'dicts (one per stage), got {len(cfg)} entries.')
+    return cfg
+
+
+def _conv_out(size: int, kernel: int, stride: int) -> int:
+    return (size + 2 * (kernel // 2) - kernel) // stride + 1
+
+
+class LeCTStage(BaseModule):
+    """One LeCT stage: patch embedding, blocks, LayerNorm (SPEC §5).
+
+    Args:
+        patch_embed (dict): Config of the patch embedding.
+        blocks (list[dict]): Configs of the blocks.
+        embed_dims (int): Channels of the stage.
+        norm_cfg (dict): Config of the stage's final norm.
+        with_cp (bool): Use gradient checkpointing in the blocks.
+            Defaults to False.
+        init_cfg (dict, optional): Initialization config. Defaults to None.
+    """
+
+    def __init__(self,
+                 patch_embed: dict,
+                 blocks: List[dict],
+                 embed_dims: int,
+                 norm_cfg: dict,
+                 with_cp: bool = False,
+                 init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        self.patch_embed = MODELS.build(patch_embed)
+        self.blocks = ModuleList([MODELS.build(cfg) for cfg in blocks])
+        self.norm = build_norm_layer(norm_cfg, embed_dims)[1]
+        self.with_cp = with_cp
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, C_in, H_in, W_in) map -> normalised (B, C, H, W) map."""
+        x, hw_shape = self.patch_embed(x)
+        for block in self.blocks:
+            if self.with_cp and x.requires_grad:
+                x = cp.checkpoint(block, x, hw_shape, use_reentrant=False)
+            else:
+                x = block(x, hw_shape)
+        x = self.norm(x)
+        return rearrange(
+            x, 'b (h w) c -> b c h w', h=hw_shape[0], w=hw_shape[1])
+
+
+@MODELS.register_module()
+class LeCT(BaseBackbone):
+    """Locally-enhanced Convolutional Transformer backbone.
+
+    Implements the network of the LeCT report (§3 LeMSA and LeFFN, Appendix
+    LeCT v2 and v3; SPEC §5-6): stage ``i`` is a convolutional patch
+    embedding (kernel 7 stride 4, then kernel 3 stride 2) followed by
+    ``depths[i]`` :class:`~lect_mm.blocks.LeCTBlock` and a LayerNorm.
+
+    Everything inside a stage comes from config dicts: the arch table gives
+    per-stage attention configs (``attn_cfgs``), and ``patch_cfg``,
+    ``attn_cfg`` and ``ffn_cfg`` are merged on top of them with
+    :func:`merge_cfg` (nested dicts merge; naming another ``type`` keeps only
+    the entries the new type accepts). Examples::
+
+        attn_cfg=dict(type='MultiheadSelfAttention')            # plain MSA
+        attn_cfg=dict(conv_skip=False, qkv_mode='parallel')     # Table 3
+        attn_cfg=dict(query_upsampler=dict(type='ResizeUpsampler'))
+        attn_cfg=dict(type='LeMSAv2', h_ratio=0.25)     # keeps sr_ratio
+
+    Args:
+        arch (str | dict): LeCT variant, one of ``'v1'``, ``'v2'``, ``'v3'``
+            (SPEC §6), or a dict with the keys ``embed_dims``, ``depths``,
+            ``num_heads``, ``ffn_ratios``, ``attn_cfgs`` (lists with one
+            entry per stage) and optionally ``patch_sizes`` and ``strides``
+            (default kernel 7 stride 4, then kernel 3 stride 2).
+            Defaults to 'v1'.
+        img_size (int | tuple[int, int]): Input size the network is built
+            for. Only resolution-bound components use it (v3's
+            SVConvTransposeUpsampler gets its pooled grid ``in_size`` and
+            ``scale_factor`` from it); such a network then rejects any other
+            input size. v1/v2 accept any size. Defaults to 224.
+        in_channels (int): Number of input image channels. Defaults to 3.
+        drop_rate (float): Dropout of the attention projection
+            (``proj_drop``) and of the FFN (``ffn_drop``). Defaults to 0.1.
+        attn_drop_rate (float): Dropout of the attention weights.
+            Defaults to 0.
+        drop_path_rate (float): Stochastic depth rate, increased linearly
+            from 0 over all blocks. Defaults to 0.1.
+        patch_cfg (dict | list[dict]): Merged into each stage's patch
+            embedding config ``dict(type='ConvPatchEmbed', norm_cfg=LN eps
+            1e-5)``. Defaults to ``dict()``.
+        attn_cfg (dict | list[dict]): Merged into each stage's attention
+            config from the arch. Defaults to ``dict()``.
+        ffn_cfg (dict | list[dict]): Merged into each stage's FFN config
+            ``dict(type='LeFFN', ffn_ratio=...)``. Defaults to ``dict()``.
+        norm_cfg (dict): Norm of the blocks and of each stage's output.
+            Defaults to ``dict(type='LN', eps=1e-6)``.
+        out_indices (Sequence[int] | int): Stages whose normalised
+            ``(B, C, H, W)`` maps are returned. Defaults to ``(2, )``, the
+            last stage.
+        frozen_stages (int): Stages ``0..frozen_stages`` (patch embedding,
+            blocks and norm) are frozen: eval mode, no gradients. -1 freezes
+            nothing. Defaults to -1.
+        norm_eval (bool): Keep BatchNorm layers in eval mode while training.
+            Defaults to False.
+        with_cp (bool): Gradient checkpointing of each block. Defaults to
+            False.
+        init_cfg (dict | list[dict], optional): Initialization config:
+            truncated normal (std 0.02, bias 0) for Linear, 1/0 for
+            LayerNorm; convolutions and BatchNorm keep PyTorch defaults.
+    """
+
+    arch_zoo = {
+        'v1': dict(
+            embed_dims=[64, 128, 192],
+            depths=[1, 3, 1],
+            num_heads=[2, 4, 6],
+            ffn_ratios=[2, 3, 4],
+            attn_cfgs=[
+                dict(type='LeMSA', sr_ratio=sr, key_upsample='bilinear',
+                     query_upsampler=dict(
+                         type='ResizeDWConvUpsampler', mode='bilinear'))
+                for sr in (14, 7, 2)
+            ]),
+        'v2': dict(
+            embed_dims=[64, 128, 192],
+            depths=[1, 3, 1],
+            num_heads=[2, 3, 7],
+            ffn_ratios=[2, 3, 4],
+            attn_cfgs=[
+                dict(type='LeMSAv2', sr_ratio=sr, h_ratio=h_ratio,
+                     key_upsample=mode,
+                     query_upsampler=dict(
+                         type='ResizeDWConvUpsampler', mode=mode))
+                for sr, h_ratio, mode in [(14, 1 / 2, 'bicubic'),
+                                          (7, 1 / 4, 'bilinear'),
+                                          (7, 1 / 8, 'bilinear')]
+            ]),
+        'v3': dict(
+            embed_dims=[64, 128, 192],
+            depths=[1, 3, 1],
+            num_heads=[2, 4, 6],
+            ffn_ratios=[2, 3, 4],
+            attn_cfgs=[
+                dict(type='LeMSA', sr_ratio=sr, key_upsample='bilinear',
+                     query_upsampler=dict(
+                         type='SVConvTransposeUpsampler', cr_ratio=0.1))
+                for sr in (14, 7, 2)
+            ]),
+    }
+    essential_keys = ('embed_dims', 'depths', 'num_heads', 'ffn_ratios',
+                      'attn_cfgs')
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'v1',
+                 img_size: Union[int, Tuple[int, int]] = 224,
+                 in_channels: int = 3,
+                 drop_rate: float = 0.1,
+                 attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.1,
+                 patch_cfg: Union[dict, Sequence[dict]] = dict(),
+                 attn_cfg: Union[dict, Sequence[dict]] = dict(),
+                 ffn_cfg: Union[dict, Sequence[dict]] = dict(),
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 out_indices: Union[int, Sequence[int]] = (2, ),
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 init_cfg=[
+                     dict(type='TruncNormal', layer='Linear', std=.02,
+                          bias=0.),
+                     dict(type='Constant', layer='LayerNorm', val=1.,
+                          bias=0.),
+                 ]):
+        super().__init__(init_cfg=init_cfg)
+        self.arch_settings = self._parse_arch(arch)
+        arch = self.arch_settings
+        self.embed_dims = list(arch['embed_dims'])
+        self.num_stages = len(self.embed_dims)
+        self.img_size = self._pair(img_size, 'img_size')
+        self.out_indices = self._parse_out_indices(out_indices)
+        if not isinstance(frozen_stages, int) or not (
+                -1 <= frozen_stages < self.num_stages):
+            raise ValueError(
+                f'frozen_stages must be an int in [-1, {self.num_stages - 1}]'
+                f' (-1 freezes nothing), got {frozen_stages!r}.')
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+
+        patch_cfgs = _per_stage(patch_cfg, self.num_stages, 'patch_cfg')
+        attn_cfgs = _per_stage(attn_cfg, self.num_stages, 'attn_cfg')
+        ffn_cfgs = _per_stage(ffn_cfg, self.num_stages, 'ffn_cfg')
+
+        total_depth = sum(arch['depths'])
+        dpr = torch.linspace(0, drop_path_rate, total_depth).tolist()
+        # The input size the network is tied to (None: any size).
+        self.fixed_input_size = None
+        size = self.img_size
+        self.stages = ModuleList()
+        prev_dims, block_idx = in_channels, 0
+        for i, dims in enumerate(self.embed_dims):
+            kernel, stride = arch['patch_sizes'][i], arch['strides'][i]
+            size = tuple(_conv_out(s, kernel, stride) for s in size)
+            patch = merge_cfg(
+                dict(type='ConvPatchEmbed',
+                     norm_cfg=dict(type='LN', eps=1e-5)), patch_cfgs[i])
+            patch.update(in_channels=prev_dims, embed_dims=dims,
+                         kernel_size=kernel, stride=stride)
+
+            attn = merge_cfg(arch['attn_cfgs'][i], attn_cfgs[i])
+            _set_defaults(attn, num_heads=arch['num_heads'][i],
+                          attn_drop=attn_drop_rate, proj_drop=drop_rate)
+            if self._bind_resolution(attn, size):
+                self.fixed_input_size = self.img_size
+                self._bound_by = attn['query_upsampler']['type']
+            ffn = merge_cfg(
+                dict(type='LeFFN', ffn_ratio=arch['ffn_ratios'][i]),
+                ffn_cfgs[i])
+            _set_defaults(ffn, ffn_drop=drop_rate)
+
+            blocks = [
+                dict(type='LeCTBlock', embed_dims=dims,
+                     attn_cfg=copy.deepcopy(attn),
+                     ffn_cfg=copy.deepcopy(ffn), norm_cfg=norm_cfg,
+                     drop_path_rate=dpr[block_idx + j])
+                for j in range(arch['depths'][i])
+            ]
+            block_idx += arch['depths'][i]
+            self.stages.append(
+                LeCTStage(patch, blocks, dims, norm_cfg, with_cp=with_cp))
+            prev_dims = dims
+
+        self._freeze_stages()
+
+    @classmethod
+    def _parse_arch(cls, arch: Union[str, dict]) -> dict:
+        if isinstance(arch, str):
+            if arch not in cls.arch_zoo:
+                raise ValueError(f'Unavailable arch {arch!r}, choose from '
+                                 f'{sorted(cls.arch_zoo)} or pass a dict.')
+            arch = cls.arch_zoo[arch]
+        if not isinstance(arch, dict):
+            raise TypeError('arch must be a str or a dict, got '
+                            f'{type(arch).__name__}.')
+        missing = [k for k in cls.essential_keys if k not in arch]
+        if missing:
+            raise ValueError(f'Custom arch needs the keys '
+                             f'{list(cls.essential_keys)}; missing {missing}.')
+        arch = copy.deepcopy(dict(arch))
+        num_stages = len(arch['embed_dims'])
+        arch.setdefault('patch_sizes', [7] + [3] * (num_stages - 1))
+        arch.setdefault('strides', [4] + [2] * (num_stages - 1))
+        for key in cls.essential_keys + ('patch_sizes', 'strides'):
+            if len(arch[key]) != num_stages:
+                raise ValueError(
+                    f'arch[{key!r}] has {len(arch[key])} entries; every '
+                    f'per-stage list needs {num_stages} (len(embed_dims)).')
+        return arch
+
+    def _parse_out_indices(self, out_indices) -> Tuple[int, ...]:
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        parsed = []
+        for index in out_indices:
+            if not -self.num_stages <= index < self.num_stages:
+                raise ValueError(
+                    f'out_indices entry {index} is out of range for '
+                    f'{self.num_stages} stages.')
+            parsed.append(index % self.num_stages)
+        return tuple(parsed)
+
+    @staticmethod
+    def _pair(value, name) -> Tuple[int, int]:
+        if isinstance(value, int):
+            return (value, value)
+        if len(value) != 2:
+            raise ValueError(f'{name} must be an int or (H, W), got {value}.')
+        return tuple(int(v) for v in value)
+
+    @staticmethod
+    def _bind_resolution(attn: dict, size: Tuple[int, int]) -> bool:
+        """Give a resolution-bound query upsampler its pooled grid.
+
+        An upsampler whose ``__init__`` takes ``in_size`` (v3's
+        SVConvTransposeUpsampler) gets ``in_size=(H // K, W // K)`` and
+        ``scale_factor=K`` for this stage's size ``(H, W)`` at ``img_size``.
+
+        Returns:
+            bool: Whether the stage is tied to one input resolution.
+        """
+        upsampler = attn.get('query_upsampler')
+        if not isinstance(upsampler, dict) or 'type' not in upsampler:
+            return False
+        accepted = _accepted_args(upsampler['type'])
+        if accepted is None or 'in_size' not in accepted:
+            return False
+        sr_ratio = attn.get('sr_ratio')
+        if sr_ratio is None:
+            # A fixed pool_size grid: the attention passes it as in_size.
+            return True
+        if 'in_size' not in upsampler:
+            if any(s % sr_ratio for s in size):
+                raise ValueError(
+                    f'{upsampler["type"]} upsamples by sr_ratio={sr_ratio} '
+                    f'exactly, but img_size gives this stage a {size} map '
+                    f'(not divisible by {sr_ratio}); choose an img_size '
+                    'whose stage sizes are multiples of the sr_ratios.')
+            upsampler['in_size'] = tuple(s // sr_ratio for s in size)
+        upsampler.setdefault('scale_factor', sr_ratio)
+        return True
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """Return the normalised ``(B, C, H, W)`` maps of ``out_indices``."""
+        if self.fixed_input_size is not None:
+            self._check_input_size(x)
+        outs = []
+        for i, stage in enumerate(self.stages):
+            x = stage(x)
+            if i in self.out_indices:
+                outs.append(x)
+        return tuple(outs)
+
+    def _check_input_size(self, x: torch.Tensor):
+        size = tuple(int(s) for s in x.shape[-2:])
+        if size != self.fixed_input_size:
+            raise ValueError(
+                f'This LeCT was built for input size {self.fixed_input_size} '
+                f'(img_size), got {size}: its query upsampler '
+                f'{self._bound_by} holds one kernel per pooled position. '
+                'Rebuild with img_size matching the input.')
+
+    def _freeze_stages(self):
+        for stage in self.stages[:self.frozen_stages + 1]:
+            stage.eval()
+            for param in stage.parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self

@@ -1,0 +1,197 @@
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.config import Config
+
+import lect_mm  # noqa: F401
+from lect_mm.blocks import (LeMSA, LeMSAv2, MultiheadSelfAttention,
+                            ResizeUpsampler)
+from lect_mm.models.backbones import LeCT
+from lect_mm.models.backbones.lect import merge_cfg
+from mmpretrain.registry import MODELS
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / 'tests' / 'reference'))
+from lect_reference import ReferenceLeCT  # noqa: E402
+
+# Whole-classifier parameter counts derived by hand from SPEC §1-6 (10 / 100
+# classes); e.g. v1 = patch embeds 305,472 + blocks 843,392 + stage norms
+# 768 + head 192*n+n. SPEC §6 gives 1.1516/1.1689, 1.0854/1.1028 and
+# 1.2142/1.2315 M.
+EXPECTED_PARAMS = {
+    'v1': (1_151_562, 1_168_932),
+    'v2': (1_085_434, 1_102_804),
+    'v3': (1_214_169, 1_231_539),
+}
+SPEC_PARAMS_M = {
+    'v1': (1.1516, 1.1689),
+    'v2': (1.0854, 1.1028),
+    'v3': (1.2142, 1.2315),
+}
+LECT_CONFIGS = sorted((REPO / 'configs' / 'lect').glob('lect_*.py'))
+
+
+def _blocks(model):
+    return [blk for stage in model.stages for blk in stage.blocks]
+
+
+def test_unknown_arch():
+    with pytest.raises(ValueError, match="Unavailable arch 'v9'"):
+        LeCT(arch='v9')
+
+
+def test_incomplete_custom_arch():
+    arch = dict(LeCT.arch_zoo['v1'])
+    arch.pop('attn_cfgs')
+    with pytest.raises(ValueError, match=r"missing \['attn_cfgs'\]"):
+        LeCT(arch=arch)
+    arch = dict(LeCT.arch_zoo['v1'], depths=[1, 1])
+    with pytest.raises(ValueError, match="arch\\['depths'\\] has 2"):
+        LeCT(arch=arch)
+
+
+def test_out_indices_shapes():
+    model = LeCT('v1', out_indices=(0, 1, -1)).eval()
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, 224, 224))
+    assert [o.shape for o in outs] == [(1, 64, 56, 56), (1, 128, 28, 28),
+                                       (1, 192, 14, 14)]
+    # Non-square input, sizes not divisible by the sr_ratios (SPEC §2).
+    model = LeCT('v1', out_indices=(0, 2)).eval()
+    with torch.no_grad():
+        outs = model(torch.randn(2, 3, 72, 120))
+    assert [o.shape for o in outs] == [(2, 64, 18, 30), (2, 192, 5, 8)]
+    with pytest.raises(ValueError, match='out of range'):
+        LeCT('v1', out_indices=(3, ))
+
+
+def test_v3_tied_to_img_size():
+    model = LeCT('v3', img_size=224).eval()
+    assert model.fixed_input_size == (224, 224)
+    with pytest.raises(ValueError, match=r'built for input size \(224, 224\)'
+                       r'.*got \(192, 192\)'):
+        model(torch.randn(1, 3, 192, 192))
+    # 112 -> stage 3 is 7x7, not divisible by its sr_ratio 2.
+    with pytest.raises(ValueError, match='not divisible by 2'):
+        LeCT('v3', img_size=112)
+    # v1/v2 are not tied to a size.
+    assert LeCT('v2').fixed_input_size is None
+
+
+def test_frozen_stages_and_norm_eval():
+    model = LeCT('v1', frozen_stages=1, norm_eval=True)
+    model.train()
+    for i, stage in enumerate(model.stages):
+        frozen = i <= 1
+        assert all(p.requires_grad != frozen for p in stage.parameters())
+        assert stage.training != frozen
+        assert stage.blocks[0].norm1.training != frozen
+    assert all(not m.training for m in model.modules()
+               if isinstance(m, nn.BatchNorm2d))
+    with pytest.raises(ValueError, match='frozen_stages'):
+        LeCT('v1', frozen_stages=3)
+
+
+def test_drop_path_ramp():
+    model = LeCT('v1', drop_path_rate=0.1)
+    rates = [
+        getattr(blk.drop_path, 'drop_prob', 0.) for blk in _blocks(model)
+    ]
+    assert rates == pytest.approx([0., 0.025, 0.05, 0.075, 0.1])
+    assert isinstance(_blocks(model)[0].drop_path, nn.Identity)
+
+
+def test_init_cfg_and_state_dict_round_trip():
+    torch.manual_seed(0)
+    model = LeCT('v1')
+    linear = model.stages[0].blocks[0].attn.proj
+    with torch.no_grad():
+        linear.bias.fill_(1.)
+        model.stages[0].norm.weight.fill_(3.)
+    before = linear.weight.clone()
+    model.init_weights()
+    assert not torch.equal(before, linear.weight)
+    assert linear.weight.std().item() == pytest.approx(0.02, rel=0.2)
+    assert torch.all(linear.bias == 0)
+    assert torch.all(model.stages[0].norm.weight == 1)
+
+    other = LeCT('v1')
+    other.load_state_dict(model.state_dict(), strict=True)
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.equal(model.eval()(x)[0], other.eval()(x)[0])
+
+
+def test_with_cp_backward():
+    model = LeCT('v1', with_cp=True, drop_path_rate=0.)
+    model.train()
+    model(torch.randn(2, 3, 32, 32))[0].sum().backward()
+    assert model.stages[0].patch_embed.proj.weight.grad is not None
+
+
+@pytest.mark.parametrize('attn_cfg, cls', [
+    (dict(type='MultiheadSelfAttention'), MultiheadSelfAttention),
+    (dict(type='LeMSAv2', h_ratio=0.25), LeMSAv2),
+    (dict(conv_skip=False, qkv_mode='parallel'), LeMSA),
+])
+def test_attention_swap_from_cfg(attn_cfg, cls):
+    model = MODELS.build(dict(type='LeCT', arch='v1', attn_cfg=attn_cfg))
+    attns = [blk.attn for blk in _blocks(model)]
+    assert all(type(a) is cls for a in attns)
+    assert [a.num_heads for a in attns] == [2, 4, 4, 4, 6]
+    if cls is LeMSAv2:  # sr_ratio and resize modes carry over from v1
+        assert [a.sr_ratio for a in attns] == [14, 7, 7, 7, 2]
+    if cls is LeMSA:
+        assert not attns[0].conv_skip and attns[0].qkv_mode == 'parallel'
+    model.eval()
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 64, 64))[0].shape == (1, 192, 4, 4)
+
+
+def test_upsampler_swap_and_merge_cfg():
+    model = LeCT('v1', attn_cfg=dict(
+        query_upsampler=dict(type='ResizeUpsampler')))
+    assert isinstance(model.stages[0].blocks[0].attn.query_upsampler,
+                      ResizeUpsampler)
+    # bilinear + DWConv + BN (9C + 2C per block) is gone
+    removed = sum(11 * c * d for c, d in zip([64, 128, 192], [1, 3, 1]))
+    assert (sum(p.numel() for p in LeCT('v1').parameters()) -
+            sum(p.numel() for p in model.parameters())) == removed
+
+    base = dict(type='LeMSA', sr_ratio=2, query_upsampler=dict(
+        type='ResizeDWConvUpsampler', kernel_size=5))
+    assert merge_cfg(base, dict(query_upsampler=dict(mode='nearest'))) == \
+        dict(type='LeMSA', sr_ratio=2, query_upsampler=dict(
+            type='ResizeDWConvUpsampler', kernel_size=5, mode='nearest'))
+    assert merge_cfg(base, dict(_delete_=True, type='X')) == dict(type='X')
+    with pytest.raises(ValueError, match='list of 3'):
+        LeCT('v1', attn_cfg=[dict(), dict()])
+
+
+@pytest.mark.parametrize('variant', sorted(EXPECTED_PARAMS))
+def test_reference_param_counts(variant):
+    for num_classes, expected in zip((10, 100), EXPECTED_PARAMS[variant]):
+        ref = ReferenceLeCT(variant, num_classes)
+        assert sum(p.numel() for p in ref.parameters()) == expected
+
+
+@pytest.mark.parametrize('config', LECT_CONFIGS, ids=lambda p: p.stem)
+def test_config_param_counts(config):
+    cfg = Config.fromfile(str(config))
+    variant = cfg.model.backbone.arch
+    assert cfg.model.head.in_channels == \
+        LeCT.arch_zoo[variant]['embed_dims'][-1]
+    num_classes = cfg.model.head.num_classes
+    assert num_classes == (100 if 'cifar100' in config.stem else 10)
+    model = MODELS.build(cfg.model)
+    params = sum(p.numel() for p in model.parameters())
+    idx = 0 if num_classes == 10 else 1
+    assert params == EXPECTED_PARAMS[variant][idx]
+    assert abs(params / 1e6 - SPEC_PARAMS_M[variant][idx]) <= \
+        0.005 * SPEC_PARAMS_M[variant][idx]
+    if 'ablation' in config.stem:
+        attn = model.backbone.stages[0].blocks[0].attn
+        assert not attn.conv_skip and attn.qkv_mode == 'parallel'

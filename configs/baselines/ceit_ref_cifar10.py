@@ -1,0 +1,9 @@
+# CeiT as published by the LeCT author (`CeiT(GAP).py`: class token + LCA)
+# on CIFAR-10, 60 epochs, trained as in the LeCT report's Appendix
+# (AdamW lr 1e-3, wd 0.05, batch 64, cosine, grad clip 5).
+_base_ = [
+    '../_base_/models/ceit_ref.py',
+    '../_base_/datasets/cifar10.py',
+    '../_base_/schedules/report_60e.py',
+    '../_base_/default_runtime.py',
+]

@@ -1,0 +1,286 @@
+"""Compact Convolutional Transformer backbone (Hassani et al., 2021)."""
+from typing import Optional, Sequence, Union
+
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint as cp
+from einops import rearrange
+from mmcv.cnn import build_norm_layer
+from mmengine.model.weight_init import trunc_normal_
+from mmpretrain.models.backbones.base_backbone import BaseBackbone
+from mmpretrain.registry import MODELS
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
+
+
+def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
+    """The reference's fixed 1-D sinusoid over the token index."""
+    pos = torch.arange(num_tokens, dtype=torch.float64).unsqueeze(1)
+    i = torch.arange(dims, dtype=torch.float64)
+    angle = pos / torch.pow(10000., 2 * torch.div(i, 2, rounding_mode='floor')
+                            / dims)
+    table = angle.float()
+    table[:, 0::2] = torch.sin(table[:, 0::2])
+    table[:, 1::2] = torch.cos(table[:, 1::2])
+    return table.unsqueeze(0)
+
+
+@MODELS.register_module()
+class CCT(BaseBackbone):
+    """Compact Convolutional Transformer: convolutional tokenizer →
+    positional embedding → ``num_layers`` encoder layers → LayerNorm →
+    SeqPool (no class token).
+
+    Arches (``cct_<layers>_<kernel>x<convs>``; whole classifier with a
+    ``LinearClsHead``, 10 / 100 classes): ``'7_3x1'`` 3.7601M / 3.7833M
+    and ``'2_3x2'`` 0.2837M / 0.2953M at 32×32; ``'6_3x1'``, ``'4_3x2'``,
+    ``'6_3x2'``, ``'7_3x2'`` (32×32); ``'7_7x2'`` 4.5501M / 4.5732M and
+    ``'14_7x2'`` (224×224).
+
+    Args:
+        arch (str | dict): A key of ``arch_zoo`` or a dict with the keys
+            ``num_layers, num_heads, mlp_ratio, embed_dims, kernel_size,
+            num_conv_layers``. Defaults to '7_3x1'.
+        img_size (int, optional): Square input size the positional
+            embedding is built for; None uses the arch's native size (32
+            for the 3×3 tokenizers, 224 for the 7×7 ones). Defaults to None.
+        in_channels (int): Input channels. Defaults to 3.
+        positional_embedding (str): ``'learnable'`` (trunc-normal std 0.2),
+            ``'sine'`` (fixed sinusoid, a frozen parameter) or ``'none'``
+            (any input size). Defaults to 'learnable'.
+        drop_rate (float): Dropout after the positional embedding and in the
+            layers. Defaults to 0.
+        attn_drop_rate (float): Attention-map dropout. Defaults to 0.1.
+        drop_path_rate (float): Stochastic depth, linear from 0.
+            Defaults to 0.1.
+        norm_cfg (dict): Token norm. Defaults to ``dict(type='LN')``.
+        act_cfg (dict): MLP activation. Defaults to ``dict(type='GELU')``.
+        out_type (str): ``'pooled'``: the SeqPool feature (B, C) of the
+            normalised last layer (only for the last layer);
+            ``'featmap'``: (B, C, H, W) token maps after each layer in
+            ``out_indices``, the last one normalised (SeqPool is then not
+            built; it also works as a neck). Defaults to 'pooled'.
+        out_indices (int | Sequence[int]): Layers to output. Defaults to -1.
+        frozen_stages (int): -1 freezes nothing; 0 the tokenizer and the
+            positional embedding; k > 0 also the first k layers;
+            ``num_layers`` also the final norm and SeqPool. Defaults to -1.
+        norm_eval (bool): Keep BN layers (none by default) in eval mode.
+            Defaults to False.
+        with_cp (bool): Gradient checkpointing of the layers.
+            Defaults to False.
+        init_cfg (dict | list[dict], optional): Defaults to trunc-normal
+            (std 0.02, bias 0) Linear layers and unit LayerNorms; the
+            tokenizer uses its own Kaiming-normal init.
+    """
+
+    arch_zoo = {
+        '2_3x2': dict(num_layers=2, num_heads=2, mlp_ratio=1, embed_dims=128,
+                      kernel_size=3, num_conv_layers=2),
+        '4_3x2': dict(num_layers=4, num_heads=2, mlp_ratio=1, embed_dims=128,
+                      kernel_size=3, num_conv_layers=2),
+        '6_3x1': dict(num_layers=6, num_heads=4, mlp_ratio=2, embed_dims=256,
+                      kernel_size=3, num_conv_layers=1),
+        '6_3x2': dict(num_layers=6, num_heads=4, mlp_ratio=2, embed_dims=256,
+                      kernel_size=3, num_conv_layers=2),
+        '7_3x1': dict(num_layers=7, num_heads=4, mlp_ratio=2, embed_dims=256,
+                      kernel_size=3, num_conv_layers=1),
+        '7_3x2': dict(num_layers=7, num_heads=4, mlp_ratio=2, embed_dims=256,
+                      kernel_size=3, num_conv_layers=2),
+        '7_7x2': dict(num_layers=7, num_heads=4, mlp_ratio=2, embed_dims=256,
+                      kernel_size=7, num_conv_layers=2),
+        '14_7x2': dict(num_layers=14, num_heads=6, mlp_ratio=3,
+                       embed_dims=384, kernel_size=7, num_conv_layers=2),
+    }  # yapf: disable
+    ESSENTIAL_KEYS = ('num_layers', 'num_heads', 'mlp_ratio', 'embed_dims',
+                      'kernel_size', 'num_conv_layers')
+    POS_EMBEDS = ('learnable', 'sine', 'none')
+    OUT_TYPES = ('pooled', 'featmap')
+
+    def __init__(self,
+                 arch: Union[str, dict] = '7_3x1',
+                 img_size: Optional[int] = None,
+                 in_channels: int = 3,
+                 positional_embedding: str = 'learnable',
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.1,
+                 drop_path_rate: float = 0.1,
+                 norm_cfg: dict = dict(type='LN'),
+                 act_cfg: dict = dict(type='GELU'),
+                 out_type: str = 'pooled',
+                 out_indices: Union[int, Sequence[int]] = -1,
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 init_cfg=[
+                     dict(type='TruncNormal', layer='Linear', std=.02,
+                          bias=0.),
+                     dict(type='Constant', layer='LayerNorm', val=1.,
+                          bias=0.)
+                 ]):  # yapf: disable
+        super().__init__(init_cfg=init_cfg)
+        self.arch_settings = a = self._parse_arch(arch)
+        self.embed_dims = a['embed_dims']
+        self.num_layers = a['num_layers']
+        if positional_embedding not in self.POS_EMBEDS:
+            raise ValueError(f'positional_embedding must be one of '
+                             f'{list(self.POS_EMBEDS)}, got '
+                             f'{positional_embedding!r}')
+        self.positional_embedding = positional_embedding
+        if out_type not in self.OUT_TYPES:
+            raise ValueError(f'Unsupported out_type {out_type!r}, choose '
+                             f'from {list(self.OUT_TYPES)}')
+        self.out_type = out_type
+        self.out_indices = self._parse_out_indices(out_indices)
+        if out_type == 'pooled' and self.out_indices != [self.num_layers - 1]:
+            raise ValueError(
+                "out_type='pooled' exists only after the last layer "
+                f'(out_indices=-1); got {out_indices}. Use '
+                "out_type='featmap' for intermediate layers.")
+        if not -1 <= frozen_stages <= self.num_layers:
+            raise ValueError(f'frozen_stages must be in [-1, '
+                             f'{self.num_layers}], got {frozen_stages}')
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.with_cp = with_cp
+
+        self.tokenizer = CCTTokenizer(
+            in_channels,
+            self.embed_dims,
+            num_conv_layers=a['num_conv_layers'],
+            kernel_size=a['kernel_size'])
+        if img_size is None:
+            img_size = 224 if a['kernel_size'] >= 7 else 32
+        if not isinstance(img_size, int):
+            raise TypeError(f'img_size must be an int (square inputs), got '
+                            f'{img_size!r}')
+        self.img_size = img_size
+        side = self.tokenizer.output_size(img_size)
+        self.patch_resolution = (side, side)
+        num_tokens = side * side
+        if positional_embedding == 'learnable':
+            self.pos_embed = nn.Parameter(
+                torch.zeros(1, num_tokens, self.embed_dims))
+        elif positional_embedding == 'sine':
+            self.pos_embed = nn.Parameter(
+                _sinusoid_table(num_tokens, self.embed_dims),
+                requires_grad=False)
+        else:
+            self.pos_embed = None
+        self.drop_after_pos = nn.Dropout(p=drop_rate)
+
+        dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        self.layers = nn.ModuleList([
+            CCTEncoderLayer(
+                self.embed_dims,
+                a['num_heads'],
+                int(self.embed_dims * a['mlp_ratio']),
+                drop_rate=drop_rate,
+                attn_drop_rate=attn_drop_rate,
+                drop_path_rate=dpr[i],
+                norm_cfg=norm_cfg,
+                act_cfg=act_cfg) for i in range(self.num_layers)
+        ])
+        self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
+        # Built only where forward uses it (DDP needs every parameter used).
+        self.seq_pool = SeqPool(
+            self.embed_dims) if out_type == 'pooled' else None
+
+        self._freeze_stages()
+
+    def _parse_arch(self, arch: Union[str, dict]) -> dict:
+        if isinstance(arch, str):
+            if arch not in self.arch_zoo:
+                raise ValueError(f'Unavailable arch {arch!r}, choose from '
+                                 f'{sorted(self.arch_zoo)} or pass a dict.')
+            return dict(self.arch_zoo[arch])
+        if not isinstance(arch, dict):
+            raise TypeError(f'arch must be a str or a dict, got {type(arch)}')
+        missing = set(self.ESSENTIAL_KEYS) - set(arch)
+        if missing:
+            raise ValueError(
+                f'Custom arch needs the keys {list(self.ESSENTIAL_KEYS)}; '
+                f'missing {sorted(missing)}')
+        return dict(arch)
+
+    def _parse_out_indices(self, out_indices) -> list:
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        if not isinstance(out_indices, Sequence):
+            raise TypeError('out_indices must be an int or a sequence, got '
+                            f'{type(out_indices)}')
+        parsed = []
+        for index in out_indices:
+            i = index + self.num_layers if index < 0 else index
+            if not 0 <= i < self.num_layers:
+                raise ValueError(f'Invalid out_indices {index} for '
+                                 f'{self.num_layers} layers')
+            parsed.append(i)
+        return sorted(set(parsed))
+
+    def init_weights(self):
+        super().init_weights()
+        if (isinstance(self.init_cfg, dict)
+                and self.init_cfg.get('type') == 'Pretrained'):
+            return
+        if self.positional_embedding == 'learnable':
+            trunc_normal_(self.pos_embed, std=0.2)
+
+    def _freeze_stages(self):
+        if self.frozen_stages < 0:
+            return
+        modules = [self.tokenizer, self.drop_after_pos]
+        modules += list(self.layers[:self.frozen_stages])
+        if self.frozen_stages == self.num_layers:
+            modules += [m for m in (self.norm, self.seq_pool) if m is not None]
+        for m in modules:
+            m.eval()
+            for p in m.parameters():
+                p.requires_grad = False
+        if self.pos_embed is not None:
+            self.pos_embed.requires_grad = False
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        in_hw = tuple(x.shape[-2:])
+        x, hw_shape = self.tokenizer(x)
+        if self.pos_embed is not None:
+            if hw_shape != self.patch_resolution:
+                raise ValueError(
+                    f'CCT with a {self.positional_embedding!r} positional '
+                    f'embedding is built for img_size={self.img_size} '
+                    f'({self.patch_resolution[0]}x'
+                    f'{self.patch_resolution[1]} tokens) but got a '
+                    f'{in_hw[0]}x{in_hw[1]} input ({hw_shape[0]}x'
+                    f'{hw_shape[1]} tokens); set img_size to the input size '
+                    "or use positional_embedding='none'.")
+            x = x + self.pos_embed
+        x = self.drop_after_pos(x)
+
+        outs = []
+        for i, layer in enumerate(self.layers):
+            if self.with_cp and x.requires_grad:
+                x = cp.checkpoint(layer, x, hw_shape, use_reentrant=False)
+            else:
+                x = layer(x, hw_shape)
+            if i == self.num_layers - 1:
+                x = self.norm(x)
+            if i in self.out_indices:
+                if self.out_type == 'pooled':
+                    outs.append(self.seq_pool(x))
+                else:
+                    outs.append(
+                        rearrange(
+                            x,
+                            'b (h w) c -> b c h w',
+                            h=hw_shape[0],
+                            w=hw_shape[1]))
+        return tuple(outs)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self

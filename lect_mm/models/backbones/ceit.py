@@ -1,0 +1,332 @@
+"""CeiT backbone (Yuan et al., ICCV 2021) with the LeCT report's variants."""
+from typing import Sequence, Union
+
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint as cp
+from einops import rearrange
+from mmcv.cnn import build_norm_layer
+from mmengine.model.weight_init import trunc_normal_
+from mmpretrain.models.backbones.base_backbone import BaseBackbone
+from mmpretrain.models.utils import resize_pos_embed
+from mmpretrain.registry import MODELS
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
+
+
+@MODELS.register_module()
+class CeiT(BaseBackbone):
+    """Convolution-enhanced image Transformer.
+
+    Image2Tokens stem (conv 7×7/2 + BN + max-pool) → 4×4/4 patch projection
+    → ``num_layers`` × (MHSA + LeFF) blocks → head-side pooling:
+
+    - ``pooling='lca'``: a class token is prepended, every block emits it,
+      the layer-wise class-token attention (LCA) refines the last one, then
+      LayerNorm → (B, C).
+    - ``pooling='gap'``: no class token, no LCA, no layer positional
+      embedding; mean over the patch tokens → LayerNorm → (B, C).
+
+    Arches (parameter counts are for the whole classifier with a
+    ``LinearClsHead``, 10 / 100 classes):
+
+    - ``'ref'``: the LeCT author's ``CeiT(GAP).py`` as published (I2T 128
+      channels, dim 112, 8 layers, 4 heads, LeFF ×2, LCA whose MLP hidden
+      width is C because of the author's ``Mlp`` bug): 1,188,922 /
+      1,199,092.
+    - ``'gap'``: the report's prose description (same widths, global average
+      pooling instead of the class token + LCA): 1,111,418 / 1,121,588.
+    - ``'tiny'`` / ``'small'``: the official CeiT-T / CeiT-S (I2T 64
+      channels, dims 192 / 384, 12 layers, 3 / 6 heads, LeFF ×4, LCA MLP
+      ×4): CeiT-T 6.1658M / 6.1832M.
+
+    Args:
+        arch (str | dict): A key of ``arch_zoo`` or a dict with the keys
+            ``i2t_channels, embed_dims, num_layers, num_heads, mlp_ratio,
+            pooling`` and, for ``pooling='lca'``, ``lca_mlp_ratio``.
+            Defaults to 'ref'.
+        img_size (int | tuple): Training input size; sets the positional
+            embedding grid (other sizes are handled by bicubic resizing of
+            the embedding). Defaults to 224.
+        in_channels (int): Input channels. Defaults to 3.
+        patch_size (int): Kernel/stride of the projection after the stem.
+            Defaults to 4.
+        leff_kernel_size (int): LeFF depth-wise kernel. Defaults to 3.
+        qkv_bias (bool): Bias of the qkv projections. Defaults to True.
+        drop_rate (float): Dropout after the positional embedding and on the
+            attention/MLP outputs. Defaults to 0.
+        attn_drop_rate (float): Attention-map dropout. Defaults to 0.
+        drop_path_rate (float): Stochastic depth, linear from 0 over the
+            blocks (not the LCA). Defaults to 0.1.
+        norm_cfg (dict): Token norm. Defaults to
+            ``dict(type='LN', eps=1e-6)``.
+        conv_norm_cfg (dict): Norm of the stem and the LeFF. Defaults to
+            ``dict(type='BN')``.
+        act_cfg (dict): LeFF/MLP activation. Defaults to
+            ``dict(type='GELU')``.
+        out_type (str): ``'pooled'``: the (B, C) feature the classifier
+            reads (only after the last block); ``'featmap'``: the patch
+            tokens after each block in ``out_indices`` as (B, C, H, W)
+            (un-normalised: CeiT has no norm on the patch tokens; the LCA
+            and the final norm are then not built). Defaults to 'pooled'.
+        out_indices (int | Sequence[int]): Blocks to output. Defaults to -1.
+        frozen_stages (int): -1 freezes nothing; 0 the stem, projection,
+            class token and positional embedding; k > 0 also the first k
+            blocks; ``num_layers`` also the LCA and the final norm.
+            Defaults to -1.
+        norm_eval (bool): Keep the BN layers in eval mode while training.
+            Defaults to False.
+        with_cp (bool): Gradient checkpointing of the blocks.
+            Defaults to False.
+        init_cfg (dict | list[dict], optional): Defaults to trunc-normal
+            (std 0.02, bias 0) Linear layers and unit LayerNorms; convs and
+            BN keep PyTorch defaults, as in the references.
+    """
+
+    arch_zoo = {
+        'ref': dict(i2t_channels=128, embed_dims=112, num_layers=8,
+                    num_heads=4, mlp_ratio=2, pooling='lca',
+                    lca_mlp_ratio=1),
+        'gap': dict(i2t_channels=128, embed_dims=112, num_layers=8,
+                    num_heads=4, mlp_ratio=2, pooling='gap'),
+        'tiny': dict(i2t_channels=64, embed_dims=192, num_layers=12,
+                     num_heads=3, mlp_ratio=4, pooling='lca',
+                     lca_mlp_ratio=4),
+        'small': dict(i2t_channels=64, embed_dims=384, num_layers=12,
+                      num_heads=6, mlp_ratio=4, pooling='lca',
+                      lca_mlp_ratio=4),
+    }  # yapf: disable
+    POOLINGS = ('lca', 'gap')
+    OUT_TYPES = ('pooled', 'featmap')
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'ref',
+                 img_size: Union[int, Sequence[int]] = 224,
+                 in_channels: int = 3,
+                 patch_size: int = 4,
+                 leff_kernel_size: int = 3,
+                 qkv_bias: bool = True,
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.1,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 conv_norm_cfg: dict = dict(type='BN'),
+                 act_cfg: dict = dict(type='GELU'),
+                 out_type: str = 'pooled',
+                 out_indices: Union[int, Sequence[int]] = -1,
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 init_cfg=[
+                     dict(type='TruncNormal', layer='Linear', std=.02,
+                          bias=0.),
+                     dict(type='Constant', layer='LayerNorm', val=1.,
+                          bias=0.)
+                 ]):  # yapf: disable
+        super().__init__(init_cfg=init_cfg)
+        self.arch_settings = self._parse_arch(arch)
+        a = self.arch_settings
+        self.embed_dims = a['embed_dims']
+        self.num_layers = a['num_layers']
+        self.pooling = a['pooling']
+        self.num_extra_tokens = 1 if self.pooling == 'lca' else 0
+
+        if out_type not in self.OUT_TYPES:
+            raise ValueError(f'Unsupported out_type {out_type!r}, choose '
+                             f'from {list(self.OUT_TYPES)}')
+        self.out_type = out_type
+        self.out_indices = self._parse_out_indices(out_indices)
+        if out_type == 'pooled' and self.out_indices != [self.num_layers - 1]:
+            raise ValueError(
+                "out_type='pooled' exists only after the last block "
+                f'(out_indices=-1); got {out_indices}. Use '
+                "out_type='featmap' for intermediate blocks.")
+        if not -1 <= frozen_stages <= self.num_layers:
+            raise ValueError(f'frozen_stages must be in [-1, '
+                             f'{self.num_layers}], got {frozen_stages}')
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.with_cp = with_cp
+
+        img_size = (img_size, img_size) if isinstance(img_size,
+                                                      int) else img_size
+        self.i2t = Image2Tokens(
+            in_channels, a['i2t_channels'], norm_cfg=conv_norm_cfg)
+        self.proj = nn.Conv2d(
+            a['i2t_channels'],
+            self.embed_dims,
+            kernel_size=patch_size,
+            stride=patch_size)
+        self.patch_resolution = tuple(
+            self.i2t.output_size(s) // patch_size for s in img_size)
+        num_patches = self.patch_resolution[0] * self.patch_resolution[1]
+
+        if self.num_extra_tokens:
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, self.embed_dims))
+        else:
+            self.cls_token = None
+        self.pos_embed = nn.Parameter(
+            torch.zeros(1, num_patches + self.num_extra_tokens,
+                        self.embed_dims))
+        self.drop_after_pos = nn.Dropout(p=drop_rate)
+
+        dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        self.layers = nn.ModuleList([
+            CeiTBlock(
+                self.embed_dims,
+                a['num_heads'],
+                a['mlp_ratio'],
+                num_extra_tokens=self.num_extra_tokens,
+                qkv_bias=qkv_bias,
+                drop_rate=drop_rate,
+                attn_drop_rate=attn_drop_rate,
+                drop_path_rate=dpr[i],
+                kernel_size=leff_kernel_size,
+                norm_cfg=norm_cfg,
+                ffn_norm_cfg=conv_norm_cfg,
+                act_cfg=act_cfg) for i in range(self.num_layers)
+        ])
+
+        # Only the pooled output uses the head side (DDP needs every
+        # parameter to be used).
+        pooled = out_type == 'pooled'
+        if pooled and self.pooling == 'lca':
+            self.pos_layer_embed = nn.Parameter(
+                torch.zeros(1, self.num_layers, self.embed_dims))
+            self.lca = LCABlock(
+                self.embed_dims,
+                a['num_heads'],
+                int(self.embed_dims * a['lca_mlp_ratio']),
+                qkv_bias=qkv_bias,
+                drop_rate=drop_rate,
+                attn_drop_rate=attn_drop_rate,
+                norm_cfg=norm_cfg,
+                act_cfg=act_cfg)
+        else:
+            self.pos_layer_embed = None
+            self.lca = None
+        self.norm = build_norm_layer(norm_cfg,
+                                     self.embed_dims)[1] if pooled else None
+
+        self._freeze_stages()
+
+    def _parse_arch(self, arch: Union[str, dict]) -> dict:
+        if isinstance(arch, str):
+            if arch not in self.arch_zoo:
+                raise ValueError(f'Unavailable arch {arch!r}, choose from '
+                                 f'{sorted(self.arch_zoo)} or pass a dict.')
+            return dict(self.arch_zoo[arch])
+        if not isinstance(arch, dict):
+            raise TypeError(f'arch must be a str or a dict, got {type(arch)}')
+        essential = {
+            'i2t_channels', 'embed_dims', 'num_layers', 'num_heads',
+            'mlp_ratio', 'pooling'
+        }
+        if arch.get('pooling') == 'lca':
+            essential.add('lca_mlp_ratio')
+        missing = essential - set(arch)
+        if missing:
+            raise ValueError(f'Custom arch needs the keys {sorted(essential)}'
+                             f'; missing {sorted(missing)}')
+        if arch['pooling'] not in self.POOLINGS:
+            raise ValueError(f"arch['pooling'] must be one of "
+                             f"{list(self.POOLINGS)}, got {arch['pooling']!r}")
+        return dict(arch)
+
+    def _parse_out_indices(self, out_indices) -> list:
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        if not isinstance(out_indices, Sequence):
+            raise TypeError('out_indices must be an int or a sequence, got '
+                            f'{type(out_indices)}')
+        parsed = []
+        for index in out_indices:
+            i = index + self.num_layers if index < 0 else index
+            if not 0 <= i < self.num_layers:
+                raise ValueError(f'Invalid out_indices {index} for '
+                                 f'{self.num_layers} blocks')
+            parsed.append(i)
+        return sorted(set(parsed))
+
+    def init_weights(self):
+        super().init_weights()
+        if (isinstance(self.init_cfg, dict)
+                and self.init_cfg.get('type') == 'Pretrained'):
+            return
+        trunc_normal_(self.pos_embed, std=0.02)
+        if self.cls_token is not None:
+            trunc_normal_(self.cls_token, std=0.02)
+
+    def _freeze_stages(self):
+        if self.frozen_stages < 0:
+            return
+        stem = [self.i2t, self.proj]
+        for m in stem:
+            m.eval()
+        params = [p for m in stem for p in m.parameters()]
+        params += [self.pos_embed] + (
+            [self.cls_token] if self.cls_token is not None else [])
+        self.drop_after_pos.eval()
+        for i in range(self.frozen_stages):
+            self.layers[i].eval()
+            params += list(self.layers[i].parameters())
+        if self.frozen_stages == self.num_layers:
+            for m in (self.lca, self.norm):
+                if m is not None:
+                    m.eval()
+                    params += list(m.parameters())
+            if self.pos_layer_embed is not None:
+                params.append(self.pos_layer_embed)
+        for p in params:
+            p.requires_grad = False
+
+    def _pooled(self, x: torch.Tensor, cls_tokens: list) -> torch.Tensor:
+        if self.pooling == 'lca':
+            tokens = torch.stack(cls_tokens, dim=1) + self.pos_layer_embed
+            return self.norm(self.lca(tokens)).flatten(1)
+        return self.norm(x.mean(dim=1))
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        x = self.proj(self.i2t(x))
+        hw_shape = x.shape[-2:]
+        x = rearrange(x, 'b c h w -> b (h w) c')
+        if self.cls_token is not None:
+            x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x),
+                          dim=1)
+        x = x + resize_pos_embed(
+            self.pos_embed,
+            self.patch_resolution,
+            hw_shape,
+            mode='bicubic',
+            num_extra_tokens=self.num_extra_tokens)
+        x = self.drop_after_pos(x)
+
+        outs, cls_tokens = [], []
+        for i, layer in enumerate(self.layers):
+            if self.with_cp and x.requires_grad:
+                x = cp.checkpoint(layer, x, hw_shape, use_reentrant=False)
+            else:
+                x = layer(x, hw_shape)
+            if self.num_extra_tokens:
+                cls_tokens.append(x[:, 0])
+            if i in self.out_indices:
+                if self.out_type == 'pooled':
+                    outs.append(self._pooled(x, cls_tokens))
+                else:
+                    outs.append(
+                        rearrange(
+                            x[:, self.num_extra_tokens:],
+                            'b (h w) c -> b c h w',
+                            h=hw_shape[0],
+                            w=hw_shape[1]))
+        return tuple(outs)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self

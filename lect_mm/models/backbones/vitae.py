@@ -1,0 +1,254 @@
+"""ViTAE backbone (Xu et al., NeurIPS 2021), ``ViTAE_basic_*`` family."""
+from typing import Sequence, Union
+
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint as cp
+from einops import rearrange
+from mmpretrain.models.backbones.base_backbone import BaseBackbone
+from mmpretrain.registry import MODELS
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from lect_mm.blocks.vitae import NormalCell, ReductionCell
+
+
+class _ViTAEStage(nn.Module):
+    """A reduction cell followed by normal cells."""
+
+    def __init__(self, rc: ReductionCell, ncs: nn.ModuleList):
+        super().__init__()
+        self.rc = rc
+        self.ncs = ncs
+
+
+@MODELS.register_module()
+class ViTAE(BaseBackbone):
+    """ViTAE: stages of one reduction cell (PRM + PCM + Performer) and
+    ``nc_depths[i]`` normal cells (MHSA + PCM + MLP).
+
+    No class token and no positional embedding; the classifier is the mean
+    over the last stage's tokens → Linear, i.e. this backbone's last map +
+    ``GlobalAveragePooling`` neck + ``LinearClsHead`` (exact).
+
+    Arches (whole classifier with a 10 / 100-class head, frozen Performer
+    features included):
+
+    - ``'tiny'``: ``ViTAE_basic_Tiny`` — 4,632,458 / 4,655,588 (4.6325M /
+      4.6556M).
+    - ``'6M'``: ``ViTAE_basic_6M`` (10 normal cells) — 6.3597M / 6.3828M.
+    - ``'xs'``: our small-scale variant for the LeCT report's ~1.2M
+      comparisons (not from the paper): ViTAE-T with every width halved
+      (embed 32/32/64, tokens 32/32/128, PCM groups 32), same 7 normal cells
+      and 4 heads (head dim 32) — 1,259,466 / 1,271,076.
+
+    Args:
+        arch (str | dict): A key of ``arch_zoo`` or a dict with the keys
+            ``embed_dims, token_dims, downsample_ratios, kernel_sizes,
+            dilations, rc_types, nc_depths, nc_heads, nc_groups,
+            mlp_ratio``. Defaults to 'tiny'.
+        in_channels (int): Input channels. Defaults to 3.
+        qkv_bias (bool): Normal-cell qkv bias. Defaults to True.
+        drop_rate (float): Normal-cell projection/MLP dropout.
+            Defaults to 0.
+        attn_drop_rate (float): Normal-cell attention dropout.
+            Defaults to 0.
+        drop_path_rate (float): Stochastic depth, linear over all normal
+            cells (the reference offsets each stage by the previous stage's
+            depth only, which is the same for its [0, 0, n] arches).
+            Defaults to 0.
+        performer_drop (float): Performer dropouts in the reduction cells
+            (fixed 0.1 in the reference). Defaults to 0.1.
+        norm_cfg (dict): Normal-cell norm. Defaults to
+            ``dict(type='LN', eps=1e-6)``.
+        rc_norm_cfg (dict): Reduction-cell norm (the reference uses the
+            PyTorch default eps there). Defaults to
+            ``dict(type='LN', eps=1e-5)``.
+        conv_norm_cfg (dict): PCM norm. Defaults to ``dict(type='BN')``.
+        act_cfg (dict): PRM/MLP activation. Defaults to
+            ``dict(type='GELU')``.
+        pcm_act_cfg (dict): PCM activation. Defaults to
+            ``dict(type='SiLU', inplace=True)``.
+        out_indices (int | Sequence[int]): Stages to output, as
+            (B, C, H, W) maps (no norm: ViTAE has none at stage outputs).
+            Defaults to -1.
+        frozen_stages (int): -1 freezes nothing; k freezes the first k
+            stages (ViTAE has no separate stem, so 0 freezes nothing
+            either). Defaults to -1.
+        norm_eval (bool): Keep BN layers in eval mode while training.
+            Defaults to False.
+        with_cp (bool): Gradient checkpointing of the normal cells.
+            Defaults to False.
+        init_cfg (dict | list[dict], optional): Defaults to trunc-normal
+            (std 0.02, bias 0) Linear layers and unit LayerNorms; convs and
+            BN keep PyTorch defaults, the Performer features stay frozen.
+    """
+
+    arch_zoo = {
+        'tiny': dict(embed_dims=[64, 64, 128], token_dims=[64, 64, 256],
+                     downsample_ratios=[4, 2, 2], kernel_sizes=[7, 3, 3],
+                     dilations=[[1, 2, 3, 4], [1, 2, 3], [1, 2]],
+                     rc_types=['performer', 'performer', 'performer_less'],
+                     nc_depths=[0, 0, 7], nc_heads=[1, 1, 4],
+                     nc_groups=[1, 1, 64], mlp_ratio=2),
+        '6M': dict(embed_dims=[64, 64, 128], token_dims=[64, 64, 256],
+                   downsample_ratios=[4, 2, 2], kernel_sizes=[7, 3, 3],
+                   dilations=[[1, 2, 3, 4], [1, 2, 3], [1, 2]],
+                   rc_types=['performer', 'performer', 'performer_less'],
+                   nc_depths=[0, 0, 10], nc_heads=[1, 1, 4],
+                   nc_groups=[1, 1, 64], mlp_ratio=2),
+        'xs': dict(embed_dims=[32, 32, 64], token_dims=[32, 32, 128],
+                   downsample_ratios=[4, 2, 2], kernel_sizes=[7, 3, 3],
+                   dilations=[[1, 2, 3, 4], [1, 2, 3], [1, 2]],
+                   rc_types=['performer', 'performer', 'performer_less'],
+                   nc_depths=[0, 0, 7], nc_heads=[1, 1, 4],
+                   nc_groups=[1, 1, 32], mlp_ratio=2),
+    }  # yapf: disable
+    ESSENTIAL_KEYS = ('embed_dims', 'token_dims', 'downsample_ratios',
+                      'kernel_sizes', 'dilations', 'rc_types', 'nc_depths',
+                      'nc_heads', 'nc_groups', 'mlp_ratio')
+    PER_STAGE_KEYS = ESSENTIAL_KEYS[:-1]
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'tiny',
+                 in_channels: int = 3,
+                 qkv_bias: bool = True,
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.,
+                 performer_drop: float = 0.1,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 rc_norm_cfg: dict = dict(type='LN', eps=1e-5),
+                 conv_norm_cfg: dict = dict(type='BN'),
+                 act_cfg: dict = dict(type='GELU'),
+                 pcm_act_cfg: dict = dict(type='SiLU', inplace=True),
+                 out_indices: Union[int, Sequence[int]] = -1,
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 init_cfg=[
+                     dict(type='TruncNormal', layer='Linear', std=.02,
+                          bias=0.),
+                     dict(type='Constant', layer='LayerNorm', val=1.,
+                          bias=0.)
+                 ]):  # yapf: disable
+        super().__init__(init_cfg=init_cfg)
+        self.arch_settings = a = self._parse_arch(arch)
+        self.num_stages = len(a['embed_dims'])
+        self.out_indices = self._parse_out_indices(out_indices)
+        if not -1 <= frozen_stages <= self.num_stages:
+            raise ValueError(f'frozen_stages must be in [-1, '
+                             f'{self.num_stages}], got {frozen_stages}')
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.with_cp = with_cp
+        self.out_channels = list(a['token_dims'])
+
+        total = sum(a['nc_depths'])
+        dpr = torch.linspace(0, drop_path_rate, max(total, 1)).tolist()
+        self.stages = nn.ModuleList()
+        start = 0
+        for i in range(self.num_stages):
+            rc = ReductionCell(
+                in_channels,
+                a['embed_dims'][i],
+                a['token_dims'][i],
+                downsample_ratio=a['downsample_ratios'][i],
+                kernel_size=a['kernel_sizes'][i],
+                dilations=a['dilations'][i],
+                tokens_type=a['rc_types'][i],
+                performer_drop=performer_drop,
+                norm_cfg=rc_norm_cfg,
+                conv_norm_cfg=conv_norm_cfg,
+                act_cfg=act_cfg,
+                pcm_act_cfg=pcm_act_cfg)
+            dims = a['token_dims'][i]
+            ncs = nn.ModuleList([
+                NormalCell(
+                    dims,
+                    a['nc_heads'][i],
+                    int(dims * a['mlp_ratio']),
+                    qkv_bias=qkv_bias,
+                    drop_rate=drop_rate,
+                    attn_drop_rate=attn_drop_rate,
+                    drop_path_rate=dpr[start + j],
+                    groups=a['nc_groups'][i],
+                    norm_cfg=norm_cfg,
+                    conv_norm_cfg=conv_norm_cfg,
+                    act_cfg=act_cfg,
+                    pcm_act_cfg=pcm_act_cfg)
+                for j in range(a['nc_depths'][i])
+            ])
+            start += a['nc_depths'][i]
+            self.stages.append(_ViTAEStage(rc, ncs))
+            in_channels = dims
+
+        self._freeze_stages()
+
+    def _parse_arch(self, arch: Union[str, dict]) -> dict:
+        if isinstance(arch, str):
+            if arch not in self.arch_zoo:
+                raise ValueError(f'Unavailable arch {arch!r}, choose from '
+                                 f'{sorted(self.arch_zoo)} or pass a dict.')
+            return dict(self.arch_zoo[arch])
+        if not isinstance(arch, dict):
+            raise TypeError(f'arch must be a str or a dict, got {type(arch)}')
+        missing = set(self.ESSENTIAL_KEYS) - set(arch)
+        if missing:
+            raise ValueError(
+                f'Custom arch needs the keys {list(self.ESSENTIAL_KEYS)}; '
+                f'missing {sorted(missing)}')
+        lengths = {k: len(arch[k]) for k in self.PER_STAGE_KEYS}
+        if len(set(lengths.values())) != 1:
+            raise ValueError('Per-stage arch lists must have equal lengths, '
+                             f'got {lengths}')
+        return dict(arch)
+
+    def _parse_out_indices(self, out_indices) -> list:
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        if not isinstance(out_indices, Sequence):
+            raise TypeError('out_indices must be an int or a sequence, got '
+                            f'{type(out_indices)}')
+        parsed = []
+        for index in out_indices:
+            i = index + self.num_stages if index < 0 else index
+            if not 0 <= i < self.num_stages:
+                raise ValueError(f'Invalid out_indices {index} for '
+                                 f'{self.num_stages} stages')
+            parsed.append(i)
+        return sorted(set(parsed))
+
+    def _freeze_stages(self):
+        for i in range(max(self.frozen_stages, 0)):
+            stage = self.stages[i]
+            stage.eval()
+            for p in stage.parameters():
+                p.requires_grad = False
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        outs = []
+        hw_shape = None
+        for i, stage in enumerate(self.stages):
+            x, hw_shape = stage.rc(x, hw_shape)
+            for nc in stage.ncs:
+                if self.with_cp and x.requires_grad:
+                    x = cp.checkpoint(nc, x, hw_shape, use_reentrant=False)
+                else:
+                    x = nc(x, hw_shape)
+            if i in self.out_indices:
+                outs.append(
+                    rearrange(
+                        x,
+                        'b (h w) c -> b c h w',
+                        h=hw_shape[0],
+                        w=hw_shape[1]))
+        return tuple(outs)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self

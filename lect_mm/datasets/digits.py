@@ -14,7 +14,8 @@ class Digits(BaseDataset):
     library's default demo and the data of its training tests. Each 8×8 grey
     image (values 0..16) is scaled to 0..255, resized to ``image_size`` with
     bilinear interpolation and repeated over three channels. The train/val
-    split is a fixed, seeded, class-stratified permutation.
+    split is a fixed, seeded, class-stratified permutation; each sample's
+    ``source_idx`` is its index in ``sklearn.datasets.load_digits()``.
 
     Args:
         split (str): ``'train'`` or ``'val'``. Defaults to ``'train'``.
@@ -40,6 +41,9 @@ class Digits(BaseDataset):
             raise ValueError(
                 f'Digits: split={split!r} is not valid, choose from '
                 f'{list(self.SPLITS)}')
+        if not isinstance(image_size, int) or image_size < 8:
+            raise ValueError(
+                f'Digits: image_size must be an int >= 8, got {image_size!r}')
         if not 0 < val_ratio < 1:
             raise ValueError(
                 f'Digits: val_ratio must be in (0, 1), got {val_ratio}')
@@ -76,8 +80,11 @@ class Digits(BaseDataset):
         imgs = imgs.clamp(0, 255).round().to(torch.uint8)
         imgs = imgs.expand(-1, 3, -1, -1).permute(0, 2, 3, 1).numpy()
         return [
-            dict(img=np.ascontiguousarray(img), gt_label=int(lbl))
-            for img, lbl in zip(imgs, labels[keep])
+            dict(
+                img=np.ascontiguousarray(img),
+                gt_label=int(lbl),
+                source_idx=int(src))
+            for img, lbl, src in zip(imgs, labels[keep], keep)
         ]
 
     def extra_repr(self):

@@ -1,0 +1,9 @@
+# The LeCT author's ResNet (`ResNet.py`)
+# on STL10, 100 epochs, trained as in the LeCT report's Appendix
+# (AdamW lr 6e-3, wd 0.05, batch 64, cosine, grad clip 5).
+_base_ = [
+    '../_base_/models/resnet_report.py',
+    '../_base_/datasets/stl10.py',
+    '../_base_/schedules/report_100e_lr6e-3.py',
+    '../_base_/default_runtime.py',
+]

@@ -1,0 +1,9 @@
+# LeViT-64S (LeViT-128S halved)
+# on STL10, 100 epochs, trained as in the LeCT report's Appendix
+# (AdamW lr 1e-3, wd 0.05, batch 64, cosine, grad clip 5).
+_base_ = [
+    '../_base_/models/levit_64s.py',
+    '../_base_/datasets/stl10.py',
+    '../_base_/schedules/report_100e.py',
+    '../_base_/default_runtime.py',
+]

@@ -1,0 +1,21 @@
+from .alternet import AlterNetMSABlock, PreActBasicBlock, WindowAttention2d
+from .attention import MultiheadSelfAttention
+from .cct import CCTEncoderLayer, CCTTokenizer, SeqPool
+from .ceit import CeiTBlock, CeiTLeFF, Image2Tokens, LCABlock, LCAttention
+from .embed import ConvPatchEmbed
+from .ffn import LeFFN
+from .lect_block import LeCTBlock
+from .lemsa import LeMSA, LeMSAv2
+from .upsample import (ResizeDWConvUpsampler, ResizeUpsampler,
+                       SVConvTransposeUpsampler)
+from .vitae import PCM, PRM, NormalCell, ReductionCell, TokenPerformer
+
+__all__ = [
+    'MultiheadSelfAttention', 'ConvPatchEmbed', 'LeFFN', 'LeCTBlock', 'LeMSA',
+    'LeMSAv2', 'ResizeUpsampler', 'ResizeDWConvUpsampler',
+    'SVConvTransposeUpsampler',
+    'AlterNetMSABlock', 'PreActBasicBlock', 'WindowAttention2d',
+    'CCTEncoderLayer', 'CCTTokenizer', 'SeqPool', 'CeiTBlock', 'CeiTLeFF',
+    'Image2Tokens', 'LCABlock', 'LCAttention', 'PCM', 'PRM', 'NormalCell',
+    'ReductionCell', 'TokenPerformer',
+]

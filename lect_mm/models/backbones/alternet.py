@@ -1,0 +1,263 @@
+"""AlterNet (Park & Kim, "How Do Vision Transformers Work?", ICLR 2022, §4).
+
+Pre-activation ResNet whose last block of stages 2-4 is a windowed MSA block
+(:class:`~lect_mm.blocks.AlterNetMSABlock`), following the official
+``alternet.dnn_18`` (``xxxnell/how-do-vits-work``, branch ``transformer``).
+The LeCT report's "alter(res)net_18" baseline is ``arch='18'`` with the
+ImageNet stem.
+"""
+import math
+from typing import Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_activation_layer, build_norm_layer
+from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
+
+from mmpretrain.models.backbones.base_backbone import BaseBackbone
+from mmpretrain.registry import MODELS
+
+from lect_mm.blocks.alternet import AlterNetMSABlock, PreActBasicBlock
+
+STEM_TYPES = ('conv7x7', 'conv3x3')
+
+
+@MODELS.register_module()
+class AlterNet(BaseBackbone):
+    """AlterNet backbone: pre-activation ResNet with MSA blocks.
+
+    Stage ``i`` holds ``depths[i]`` blocks, its last ``2 * msa_depths[i]``
+    alternating conv and MSA (official ``[conv] * (n - 2m) + [conv, MSA] *
+    m``), so AlterNet-18 ends stages 2, 3 and 4 with one MSA block each.
+    MSA blocks use ``num_heads[i]`` heads of ``head_dims`` channels,
+    ``window_size`` windows and one relative-position bias table per block
+    shared by its heads.
+
+    Stem ``'conv7x7'`` (official ``stem=True``): bias-free conv 7x7/2 then
+    max-pool 3x3/2, **without** norm or activation (pre-activation style);
+    ``'conv3x3'``: a single bias-free conv 3x3/1. Each requested output gets
+    norm + ReLU; for ``out_indices=(3,)`` this is the official ``BNGAPBlock``
+    classifier minus its pooling and linear layer, which are the
+    ``GlobalAveragePooling`` neck and ``LinearClsHead``.
+
+    With the 7x7 stem and ``window_size=7`` the maps entering the MSA blocks
+    are input/8, /16 and /32, so input sides must be multiples of 224 (more
+    precisely: ``ceil(side / 32)``, ``ceil(side / 16)`` and ``ceil(side / 8)``
+    multiples of 7); anything else raises a ``ValueError`` naming the sizes.
+
+    Args:
+        arch (str | dict): A key of ``arch_zoo`` (``'18'``, ``'34'``) or a
+            dict with keys ``depths``, ``msa_depths``, ``num_heads``,
+            ``channels`` (one entry per stage). Defaults to '18'.
+        in_channels (int): Input image channels. Defaults to 3.
+        stem_type (str): ``'conv7x7'`` or ``'conv3x3'``. Defaults to
+            'conv7x7'.
+        strides (Sequence[int]): Stride of the first block of each stage.
+            Defaults to ``(1, 2, 2, 2)``.
+        head_dims (int): Channels per attention head. Defaults to 64.
+        window_size (int): Attention window side. Defaults to 7.
+        drop_path_rate (float): Stochastic depth; block ``j`` of the ``n``
+            blocks gets ``rate * j / (n - 1)``. Defaults to 0 (official).
+        attn_drop_rate (float): Dropout on attention weights. Defaults to 0.
+        proj_drop_rate (float): Dropout after the attention projection.
+            Defaults to 0.
+        norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
+        out_indices (Sequence[int] | int): Stages to output. Defaults to
+            ``(3, )``.
+        frozen_stages (int): Freeze the stem (0) and stages ``1..k`` (k);
+            -1 freezes nothing. Defaults to -1.
+        norm_eval (bool): Keep BN layers in eval mode. Defaults to False.
+        with_cp (bool): Gradient checkpointing in the blocks. Defaults to
+            False.
+        attn_impl (str): ``'fused'`` (SDPA) or ``'literal'``. Defaults to
+            'fused'.
+        init_cfg (dict | list[dict], optional): Initialization config.
+            Defaults to None (PyTorch default init, as the official code).
+    """
+    arch_zoo = {
+        '18': {
+            'depths': (2, 2, 2, 2),
+            'msa_depths': (0, 1, 1, 1),
+            'num_heads': (3, 6, 12, 24),
+            'channels': (64, 128, 256, 512),
+        },
+        '34': {
+            'depths': (3, 4, 6, 4),
+            'msa_depths': (0, 1, 2, 2),
+            'num_heads': (3, 6, 12, 24),
+            'channels': (64, 128, 256, 512),
+        },
+    }
+    arch_keys = ('depths', 'msa_depths', 'num_heads', 'channels')
+
+    def __init__(self,
+                 arch: Union[str, dict] = '18',
+                 in_channels: int = 3,
+                 stem_type: str = 'conv7x7',
+                 strides: Sequence[int] = (1, 2, 2, 2),
+                 head_dims: int = 64,
+                 window_size: int = 7,
+                 drop_path_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
+                 proj_drop_rate: float = 0.,
+                 norm_cfg: dict = dict(type='BN'),
+                 out_indices: Union[int, Sequence[int]] = (3, ),
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 attn_impl: str = 'fused',
+                 init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        if isinstance(arch, str):
+            assert arch in self.arch_zoo, \
+                f'Unavailable arch {arch!r}, choose from ' \
+                f'{sorted(self.arch_zoo)} or pass a dict.'
+            arch = self.arch_zoo[arch]
+        else:
+            assert isinstance(arch, dict) and set(self.arch_keys) <= set(
+                arch), f'A custom arch needs a dict with keys ' \
+                f'{list(self.arch_keys)}, got {arch!r}.'
+        num_stages = len(arch['depths'])
+        for key in self.arch_keys:
+            assert len(arch[key]) == num_stages, \
+                f'arch[{key!r}] needs {num_stages} entries, got {arch[key]}.'
+        for depth, msa_depth in zip(arch['depths'], arch['msa_depths']):
+            assert 0 <= 2 * msa_depth <= depth, \
+                f'A stage of {depth} blocks holds at most {depth // 2} MSA ' \
+                f'blocks, got msa_depths={arch["msa_depths"]}.'
+        assert len(strides) == num_stages, \
+            f'strides needs {num_stages} entries, got {strides}.'
+        if stem_type not in STEM_TYPES:
+            raise ValueError(f'Unsupported stem_type {stem_type!r}; choose '
+                             f'from {list(STEM_TYPES)}.')
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        out_indices = [i + num_stages if i < 0 else i for i in out_indices]
+        for i in out_indices:
+            assert 0 <= i < num_stages, \
+                f'Invalid out_indices {i} for {num_stages} stages.'
+
+        self.depths = tuple(arch['depths'])
+        self.msa_depths = tuple(arch['msa_depths'])
+        self.channels = tuple(arch['channels'])
+        self.num_stages = num_stages
+        self.window_size = window_size
+        self.out_indices = tuple(out_indices)
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+
+        stem_channels = self.channels[0]
+        if stem_type == 'conv7x7':
+            self.stem = nn.Sequential(
+                nn.Conv2d(in_channels, stem_channels, 7, 2, 3, bias=False),
+                nn.MaxPool2d(3, 2, 1))
+            stem_stride = 4
+        else:
+            self.stem = nn.Sequential(
+                nn.Conv2d(in_channels, stem_channels, 3, 1, 1, bias=False))
+            stem_stride = 1
+
+        num_blocks = sum(self.depths)
+        dpr = [drop_path_rate * j / max(num_blocks - 1, 1)
+               for j in range(num_blocks)]
+        self.stage_strides = []
+        total_stride = stem_stride
+        in_ch = stem_channels
+        block_idx = 0
+        for i, (depth, msa_depth, heads, out_ch) in enumerate(
+                zip(self.depths, self.msa_depths, arch['num_heads'],
+                    self.channels)):
+            is_msa = [False] * (depth - 2 * msa_depth) + [False, True
+                                                          ] * msa_depth
+            blocks = []
+            for j, msa in enumerate(is_msa):
+                stride = strides[i] if j == 0 else 1
+                if msa:
+                    assert stride == 1, \
+                        'An MSA block cannot open a strided stage.'
+                    block = AlterNetMSABlock(
+                        in_ch,
+                        out_ch,
+                        num_heads=heads,
+                        head_dims=head_dims,
+                        window_size=window_size,
+                        attn_drop=attn_drop_rate,
+                        proj_drop=proj_drop_rate,
+                        drop_path_rate=dpr[block_idx],
+                        norm_cfg=norm_cfg,
+                        impl=attn_impl,
+                        with_cp=with_cp)
+                else:
+                    block = PreActBasicBlock(
+                        in_ch,
+                        out_ch,
+                        stride=stride,
+                        drop_path_rate=dpr[block_idx],
+                        norm_cfg=norm_cfg,
+                        with_cp=with_cp)
+                blocks.append(block)
+                in_ch = out_ch
+                block_idx += 1
+            total_stride *= strides[i]
+            self.stage_strides.append(total_stride)
+            self.add_module(f'layer{i + 1}', nn.Sequential(*blocks))
+
+        for i in self.out_indices:
+            self.add_module(f'norm{i}',
+                            build_norm_layer(norm_cfg, self.channels[i])[1])
+        self.act = build_activation_layer(dict(type='ReLU'))
+
+        self._freeze_stages()
+
+    def check_input_size(self, hw: Tuple[int, int]) -> None:
+        """Raise if an input size leaves an MSA stage off the window grid.
+
+        Every stride-2 op here (padded conv, max-pool, 1x1 shortcut) maps a
+        side ``s`` to ``ceil(s / 2)``, so stage ``i`` sees
+        ``ceil(side / stage_strides[i])``.
+
+        Args:
+            hw (tuple[int, int]): Input height and width.
+        """
+        for i, stride in enumerate(self.stage_strides):
+            if not self.msa_depths[i]:
+                continue
+            h, w = (math.ceil(s / stride) for s in hw)
+            if h % self.window_size or w % self.window_size:
+                raise ValueError(
+                    f'AlterNet: a {hw[0]}x{hw[1]} input gives {h}x{w} maps '
+                    f'at stage {i + 1}, whose sides are not multiples of '
+                    f'window_size={self.window_size}. With the 7x7 stem and '
+                    f'window 7 use input sides that are multiples of 224 '
+                    f'(224, 448, ...).')
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """Return ``act(norm_i(stage_i))`` for each ``i`` in out_indices."""
+        self.check_input_size(tuple(x.shape[-2:]))
+        x = self.stem(x)
+        outs = []
+        for i in range(self.num_stages):
+            x = getattr(self, f'layer{i + 1}')(x)
+            if i in self.out_indices:
+                outs.append(self.act(getattr(self, f'norm{i}')(x)))
+        return tuple(outs)
+
+    def _freeze_stages(self):
+        if self.frozen_stages >= 0:
+            self.stem.eval()
+            for param in self.stem.parameters():
+                param.requires_grad = False
+        for i in range(1, self.frozen_stages + 1):
+            layer = getattr(self, f'layer{i}')
+            layer.eval()
+            for param in layer.parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self

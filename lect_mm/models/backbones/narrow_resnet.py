@@ -1,0 +1,190 @@
+"""ResNet v1 with free per-stage widths (the LeCT report's ~1M ResNet).
+
+mmpretrain's ``ResNet`` doubles the width at every stage; the LeCT author's
+``ResNet.py`` baseline uses 32, 64, 96, 128. This backbone keeps mmpretrain's
+post-activation ``BasicBlock`` / ``ResLayer`` (so every block, shortcut and
+key name is mmpretrain's) and only lets the widths be listed.
+"""
+from typing import Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_activation_layer, build_conv_layer, build_norm_layer
+from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
+
+from mmpretrain.models.backbones.base_backbone import BaseBackbone
+from mmpretrain.models.backbones.resnet import BasicBlock, ResLayer
+from mmpretrain.registry import MODELS
+
+STEM_TYPES = ('conv7x7', 'conv3x3')
+
+
+@MODELS.register_module()
+class NarrowResNet(BaseBackbone):
+    """Post-activation ResNet of BasicBlocks with listed stage widths.
+
+    Stem ``'conv7x7'``: conv 7x7/2 (no bias) -> norm -> ReLU -> max-pool
+    3x3/2; ``'conv3x3'``: conv 3x3/1 -> norm -> ReLU (the author's
+    ``stem=False``, mmpretrain's ``ResNet_CIFAR``). Stage ``i`` has
+    ``depths[i]`` mmpretrain ``BasicBlock`` s of width ``widths[i]``, the
+    first with stride ``strides[i]`` and a conv1x1 + norm projection shortcut
+    when the stride or width changes; each block returns
+    ``ReLU(drop_path(residual) + shortcut)``.
+
+    ``arch='report'`` is the author's ``ResNet(BasicBlock, [2, 2, 2, 2])``
+    (widths 32/64/96/128, BASELINES §2); ``arch='18'`` equals mmpretrain's
+    ``ResNet(depth=18)`` key for key.
+
+    Args:
+        arch (str | dict): A key of ``arch_zoo`` or a dict with ``depths``
+            and ``widths`` (one entry per stage). Defaults to 'report'.
+        in_channels (int): Input image channels. Defaults to 3.
+        stem_type (str): ``'conv7x7'`` or ``'conv3x3'``. Defaults to
+            'conv7x7'.
+        strides (Sequence[int]): Stride of the first block of each stage.
+            Defaults to ``(1, 2, 2, 2)``.
+        drop_path_rate (float): Stochastic depth; block ``j`` of ``n`` gets
+            ``rate * j / (n - 1)`` (the author's rule). Defaults to 0 (the
+            author's model line).
+        conv_cfg (dict, optional): Conv config. Defaults to None.
+        norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
+        act_cfg (dict): Activation config. Defaults to
+            ``dict(type='ReLU', inplace=True)``.
+        out_indices (Sequence[int] | int): Stages to output. Defaults to
+            ``(3, )``.
+        frozen_stages (int): Freeze the stem (0) and stages ``1..k`` (k);
+            -1 freezes nothing. Defaults to -1.
+        norm_eval (bool): Keep BN layers in eval mode. Defaults to False.
+        with_cp (bool): Gradient checkpointing in the blocks. Defaults to
+            False.
+        init_cfg (dict | list[dict], optional): Initialization config.
+            Defaults to None (PyTorch default init, as the author's code).
+    """
+    arch_zoo = {
+        'report': {
+            'depths': (2, 2, 2, 2),
+            'widths': (32, 64, 96, 128)
+        },
+        '18': {
+            'depths': (2, 2, 2, 2),
+            'widths': (64, 128, 256, 512)
+        },
+    }
+
+    def __init__(self,
+                 arch: Union[str, dict] = 'report',
+                 in_channels: int = 3,
+                 stem_type: str = 'conv7x7',
+                 strides: Sequence[int] = (1, 2, 2, 2),
+                 drop_path_rate: float = 0.,
+                 conv_cfg=None,
+                 norm_cfg: dict = dict(type='BN'),
+                 act_cfg: dict = dict(type='ReLU', inplace=True),
+                 out_indices: Union[int, Sequence[int]] = (3, ),
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        if isinstance(arch, str):
+            assert arch in self.arch_zoo, \
+                f'Unavailable arch {arch!r}, choose from ' \
+                f'{sorted(self.arch_zoo)} or pass a dict.'
+            arch = self.arch_zoo[arch]
+        else:
+            assert isinstance(arch, dict) and {'depths', 'widths'} <= set(
+                arch), f'A custom arch needs a dict with keys ' \
+                f"['depths', 'widths'], got {arch!r}."
+        self.depths = tuple(arch['depths'])
+        self.widths = tuple(arch['widths'])
+        self.num_stages = len(self.depths)
+        assert len(self.widths) == self.num_stages == len(strides), \
+            f'depths {self.depths}, widths {self.widths} and strides ' \
+            f'{tuple(strides)} need one entry per stage.'
+        if stem_type not in STEM_TYPES:
+            raise ValueError(f'Unsupported stem_type {stem_type!r}; choose '
+                             f'from {list(STEM_TYPES)}.')
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        out_indices = [i + self.num_stages if i < 0 else i
+                       for i in out_indices]
+        for i in out_indices:
+            assert 0 <= i < self.num_stages, \
+                f'Invalid out_indices {i} for {self.num_stages} stages.'
+        self.out_indices = tuple(out_indices)
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+
+        stem_channels = self.widths[0]
+        if stem_type == 'conv7x7':
+            self.conv1 = build_conv_layer(
+                conv_cfg, in_channels, stem_channels, 7, 2, 3, bias=False)
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+        else:
+            self.conv1 = build_conv_layer(
+                conv_cfg, in_channels, stem_channels, 3, 1, 1, bias=False)
+            self.maxpool = nn.Identity()
+        self.norm1_name, norm1 = build_norm_layer(
+            norm_cfg, stem_channels, postfix=1)
+        self.add_module(self.norm1_name, norm1)
+        self.relu = build_activation_layer(act_cfg)
+
+        num_blocks = sum(self.depths)
+        dpr = [drop_path_rate * j / max(num_blocks - 1, 1)
+               for j in range(num_blocks)]
+        self.res_layers = []
+        in_ch = stem_channels
+        for i, (depth, width) in enumerate(zip(self.depths, self.widths)):
+            layer = ResLayer(
+                block=BasicBlock,
+                num_blocks=depth,
+                in_channels=in_ch,
+                out_channels=width,
+                expansion=1,
+                stride=strides[i],
+                conv_cfg=conv_cfg,
+                norm_cfg=norm_cfg,
+                drop_path_rate=dpr[:depth],
+                act_cfg=act_cfg,
+                with_cp=with_cp)
+            dpr = dpr[depth:]
+            in_ch = width
+            self.add_module(f'layer{i + 1}', layer)
+            self.res_layers.append(f'layer{i + 1}')
+
+        self._freeze_stages()
+
+    @property
+    def norm1(self) -> nn.Module:
+        return getattr(self, self.norm1_name)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        """Return the (post-activation) output of each stage in out_indices."""
+        x = self.maxpool(self.relu(self.norm1(self.conv1(x))))
+        outs = []
+        for i, name in enumerate(self.res_layers):
+            x = getattr(self, name)(x)
+            if i in self.out_indices:
+                outs.append(x)
+        return tuple(outs)
+
+    def _freeze_stages(self):
+        if self.frozen_stages >= 0:
+            self.norm1.eval()
+            for m in (self.conv1, self.norm1):
+                for param in m.parameters():
+                    param.requires_grad = False
+        for i in range(1, self.frozen_stages + 1):
+            layer = getattr(self, f'layer{i}')
+            layer.eval()
+            for param in layer.parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self

@@ -1,0 +1,261 @@
+"""Whole-model training throughput of the report's models (Table 2).
+
+One full training step as the report trains (SPEC §8): forward + loss +
+backward + gradient-norm clip (5) + AdamW step, batch 64, 224×224, synthetic
+data already on the device (so the data pipeline is not measured; see
+``data_pipeline.py`` for that). Prints images/s (median and IQR over the
+timed steps) and the ratio to the report's ResNet.
+
+Examples::
+
+    python benchmarks/train_throughput.py                    # all models
+    python benchmarks/train_throughput.py --amp --channels-last --compile
+    python benchmarks/train_throughput.py --models LeCT ResNet --iters 50
+    python benchmarks/train_throughput.py --profile LeCT --amp   # top ops
+    python benchmarks/train_throughput.py --quick                # smoke test
+"""
+import argparse
+import gc
+import sys
+import traceback
+from typing import Dict, Optional
+
+import torch
+
+from _common import (MEMORY_NOTE, MODEL_CONFIGS, REFERENCE_MODEL, Report,
+                     TrainStep, add_common_args, add_model_args,
+                     build_classifier, compile_model, count_params,
+                     fmt_bytes, machine_header, markdown_table, measure,
+                     num_classes_of, peak_memory, resolve_models, setup,
+                     synchronize, synthetic_samples)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser)
+    add_model_args(parser)
+    parser.add_argument('--batch-size', type=int, default=64)
+    parser.add_argument('--img-size', type=int, default=224)
+    parser.add_argument('--iters', type=int, default=20,
+                        help='timed steps per model (default 20)')
+    parser.add_argument('--warmup', type=int, default=5,
+                        help='untimed steps first (default 5; with '
+                        '--compile these include compilation)')
+    parser.add_argument('--amp', action='store_true',
+                        help='bf16 autocast (CUDA and CPU)')
+    parser.add_argument('--channels-last', action='store_true')
+    parser.add_argument('--compile', action='store_true',
+                        help='torch.compile the backbone and neck')
+    parser.add_argument(
+        '--profile',
+        metavar='MODEL',
+        default=None,
+        help='instead of the table, profile MODEL (a name of --models or a '
+        'config) with torch.profiler and print the top ops by self time')
+    parser.add_argument('--profile-steps', type=int, default=3)
+    parser.add_argument('--top', type=int, default=25,
+                        help='rows of the profiler tables (default 25)')
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batch_size, args.iters, args.warmup = 2, 2, 1
+        args.img_size = 64
+        args.profile_steps = 1
+    return args
+
+
+def _prepare(config: str, args, device: torch.device):
+    """Model (train mode, on device), step, inputs and labels."""
+    model = build_classifier(config).to(device).train()
+    params = count_params(model)
+    inputs = torch.randn(args.batch_size, 3, args.img_size, args.img_size,
+                         device=device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        inputs = inputs.contiguous(memory_format=torch.channels_last)
+    if args.compile:
+        compile_model(model)
+    samples = synthetic_samples(args.batch_size, num_classes_of(model),
+                                device)
+    step = TrainStep(model, device, amp=args.amp,
+                     channels_last=args.channels_last)
+    return model, params, step, inputs, samples
+
+
+def _release(device: torch.device, compiled: bool) -> None:
+    gc.collect()
+    if device.type == 'cuda':
+        torch.cuda.empty_cache()
+    if compiled:
+        torch._dynamo.reset()
+
+
+def run_model(config: str, args, device: torch.device) -> Dict:
+    model, params, step, inputs, samples = _prepare(config, args, device)
+    stats = measure(lambda: step(inputs, samples), device, args.warmup,
+                    args.iters)
+    mem = peak_memory(lambda: step(inputs, samples), device)
+    del model, step, inputs, samples
+    _release(device, args.compile)
+    return dict(params=params, stats=stats, mem=mem)
+
+
+def _settings(args) -> str:
+    flags = [f'batch {args.batch_size}', f'{args.img_size}²',
+             'bf16 autocast' if args.amp else 'fp32']
+    if args.channels_last:
+        flags.append('channels_last')
+    if args.compile:
+        flags.append('torch.compile')
+    return ', '.join(flags)
+
+
+def throughput_table(args, device: torch.device, report: Report) -> None:
+    models = resolve_models(args.models, args.quick)
+    results: Dict[str, Optional[Dict]] = {}
+    for name, config in models.items():
+        print(f'[{name}] {config}', file=sys.stderr, flush=True)
+        try:
+            results[name] = run_model(config, args, device)
+            print(f'[{name}] ' + results[name]['stats'].rate(
+                args.batch_size) + ' images/s', file=sys.stderr, flush=True)
+        except Exception as err:  # noqa: BLE001  (report and go on)
+            traceback.print_exc()
+            results[name] = dict(error=f'{type(err).__name__}: {err}')
+            _release(device, args.compile)
+    ref = results.get(REFERENCE_MODEL)
+    ref_rate = (args.batch_size / ref['stats'].median
+                if ref and 'stats' in ref else None)
+    rows = []
+    for name, res in results.items():
+        if 'error' in res:
+            rows.append([name, '', 'failed: ' + res['error'][:120], '', '',
+                         ''])
+            continue
+        rate = args.batch_size / res['stats'].median
+        rows.append([
+            name, f'{res["params"] / 1e6:.3f}', res['stats'].ms(),
+            res['stats'].rate(args.batch_size),
+            f'{rate / ref_rate:.2f}' if ref_rate else 'n/a',
+            fmt_bytes(res['mem'])
+        ])
+    report.add(f'### Training throughput ({_settings(args)})')
+    report.add()
+    report.add(
+        markdown_table([
+            'Model', 'Params (M)', 'Step ms, median [IQR]',
+            'Images/s, median [IQR]', f'× {REFERENCE_MODEL}', 'Peak memory'
+        ], rows))
+    report.add()
+    report.add(f'Full step: forward + cross-entropy + backward + clip-grad '
+               f'(max norm 5) + AdamW; {args.warmup} warm-up steps, '
+               f'{args.iters} timed steps; synthetic data on the device. '
+               f'{MEMORY_NOTE[device.type]}.')
+    report.add()
+
+
+def _time_attr(event, kind: str) -> float:
+    """Self/total device time of a profiler event (torch 2.x names)."""
+    for name in (f'{kind}_device_time_total', f'{kind}_cuda_time_total'):
+        if hasattr(event, name):
+            return getattr(event, name)
+    return 0.0
+
+
+def profile_model(args, device: torch.device, report: Report) -> None:
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    models = resolve_models([args.profile], args.quick)
+    (name, config), = models.items()
+    model, _, step, inputs, samples = _prepare(config, args, device)
+
+    handles = []
+    for module in ([] if args.compile else model.modules()):
+        mod = type(module).__module__
+        if mod.startswith(('lect_mm', 'mmpretrain', 'mmcv')):
+            label = f'module::{type(module).__name__}'
+
+            def pre(m, _inp, label=label):
+                m._bench_rf = record_function(label)
+                m._bench_rf.__enter__()
+
+            def post(m, _inp, _out):
+                m._bench_rf.__exit__(None, None, None)
+
+            handles.append(module.register_forward_pre_hook(pre))
+            handles.append(module.register_forward_hook(post))
+
+    activities = [ProfilerActivity.CPU]
+    if device.type == 'cuda':
+        activities.append(ProfilerActivity.CUDA)
+    warm = 1 if args.quick else max(2, args.warmup)
+    for _ in range(warm):
+        step(inputs, samples)
+    synchronize(device)
+    with profile(activities=activities) as prof:
+        for _ in range(args.profile_steps):
+            step(inputs, samples)
+        synchronize(device)
+    for h in handles:
+        h.remove()
+
+    events = prof.key_averages()
+    report.add(f'### Profile of {name} ({_settings(args)}), '
+               f'{args.profile_steps} training steps')
+    report.add()
+    sort_keys = ['self_cpu_time_total']
+    if device.type == 'cuda':
+        sort_keys.insert(0, 'self_device_time_total' if hasattr(
+            events[0], 'self_device_time_total') else 'self_cuda_time_total')
+    for key in sort_keys:
+        report.add(f'Top {args.top} ops by {key}:')
+        report.add()
+        report.add('```')
+        report.add(events.table(sort_by=key, row_limit=args.top,
+                                max_name_column_width=60))
+        report.add('```')
+        report.add()
+
+    # inclusive time per module class: where the time goes, block by block
+    rows = []
+    for ev in events:
+        if not ev.key.startswith('module::'):
+            continue
+        rows.append((ev.key[len('module::'):], ev.count,
+                     ev.cpu_time_total / 1e3, _time_attr(ev, 'total') / 1e3))
+    rows.sort(key=lambda r: (r[3], r[2]), reverse=True)
+    report.add('Forward time by module class (inclusive, summed over all '
+               'instances and profiled steps; nested classes count in '
+               'their parents too):')
+    report.add()
+    headers = ['Module class', 'Calls', 'CPU total ms']
+    if device.type == 'cuda':
+        headers.append('CUDA total ms')
+    report.add(
+        markdown_table(headers, [[r[0], r[1], f'{r[2]:.2f}', f'{r[3]:.2f}'
+                                  ][:len(headers)] for r in rows]))
+    report.add()
+    del model, step
+    _release(device, args.compile)
+
+
+def main(argv=None) -> Report:
+    args = parse_args(argv)
+    device = setup(args)
+    report = Report('train_throughput', args.out)
+    if args.profile and args.profile not in MODEL_CONFIGS and \
+            not args.profile.endswith('.py'):
+        raise ValueError(f'--profile: unknown model {args.profile!r}; '
+                         f'choose from {list(MODEL_CONFIGS)} or a config')
+    report.add(machine_header(device, 'Training throughput'))
+    if args.profile:
+        profile_model(args, device, report)
+    else:
+        throughput_table(args, device, report)
+    report.save()
+    return report
+
+
+if __name__ == '__main__':
+    main()

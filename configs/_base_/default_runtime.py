@@ -1,0 +1,53 @@
+# Runtime settings shared by every config (mmpretrain's default_runtime, plus
+# lect_mm's registration, best-checkpoint saving and exact resumption).
+
+# Importing lect_mm registers its blocks, backbones, datasets and engine
+# parts into mmpretrain's registries, so mmpretrain's own tools run these
+# configs too.
+custom_imports = dict(imports=['lect_mm'], allow_failed_imports=False)
+default_scope = 'mmpretrain'
+
+default_hooks = dict(
+    # record the time of every iteration.
+    timer=dict(type='IterTimerHook'),
+    # print the log every 50 iterations (and at the end of every epoch).
+    logger=dict(type='LoggerHook', interval=50),
+    # step the parameter schedulers.
+    param_scheduler=dict(type='ParamSchedulerHook'),
+    # save a checkpoint every epoch, keep the last 3 and the best one.
+    checkpoint=dict(
+        type='CheckpointHook',
+        interval=1,
+        max_keep_ckpts=3,
+        save_best='accuracy/top1',
+        rule='greater'),
+    # set the sampler's epoch (shuffling order) in distributed training.
+    sampler_seed=dict(type='DistSamplerSeedHook'),
+    # save/restore the random generators, so that a resumed run ends with
+    # the same weights as an uninterrupted one.
+    rng_state=dict(type='RNGStateHook'),
+    # validation results visualization, set True to enable it.
+    visualization=dict(type='VisualizationHook', enable=False),
+)
+
+env_cfg = dict(
+    cudnn_benchmark=False,
+    mp_cfg=dict(mp_start_method='fork', opencv_num_threads=0),
+    # tools/train.py switches to gloo when there is no GPU.
+    dist_cfg=dict(backend='nccl'),
+)
+
+vis_backends = [dict(type='LocalVisBackend')]
+visualizer = dict(type='UniversalVisualizer', vis_backends=vis_backends)
+
+log_level = 'INFO'
+
+# load weights from this checkpoint
+load_from = None
+# resume training (weights, optimizer, schedulers, RNG) from load_from, or
+# from the latest checkpoint in the work dir if load_from is None
+resume = False
+
+# A fixed seed makes runs repeatable; `deterministic=True` also removes the
+# nondeterminism of cuDNN at some speed cost.
+randomness = dict(seed=0, deterministic=False)

@@ -1,0 +1,89 @@
+"""Hooks that make an interrupted run resumable without changing its result."""
+import random
+from typing import Optional
+
+import numpy as np
+import torch
+from mmengine.hooks import Hook
+from mmpretrain.registry import HOOKS
+
+
+def get_rng_state() -> dict:
+    """The state of every global random generator a training step may use."""
+    state = dict(
+        python=random.getstate(),
+        numpy=np.random.get_state(),
+        torch=torch.get_rng_state())
+    if torch.cuda.is_available():
+        state['cuda'] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore a state returned by :func:`get_rng_state`.
+
+    The state tensors may come back on a GPU (``Runner.resume`` maps the
+    whole checkpoint to the training device); the setters need CPU tensors.
+    """
+    random.setstate(state['python'])
+    np.random.set_state(state['numpy'])
+    torch.set_rng_state(state['torch'].cpu())
+    if 'cuda' in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state['cuda']])
+
+
+@HOOKS.register_module()
+class RNGStateHook(Hook):
+    """Save the random generators' state with the checkpoint and restore it
+    on resume, so that a run resumed from the checkpoint of epoch ``k`` ends
+    with the same weights as one that never stopped.
+
+    mmengine re-seeds the generators from ``randomness.seed`` when it
+    resumes, so without this hook augmentation (numpy), drop-path/dropout
+    (torch) and every other random draw of epoch ``k + 1`` differ from the
+    uninterrupted run. The sampler order is already resumable (the
+    ``DefaultSampler`` seeds its permutation with ``seed + epoch``).
+
+    The hook snapshots the generators at the end of each training epoch,
+    before ``CheckpointHook`` saves, stores the snapshot in the checkpoint
+    (key ``'rng_state'``), and restores it at the start of the next training
+    epoch. Restoring also in the uninterrupted run makes validation, which
+    runs between the two and draws from the generators (a ``DataLoader``
+    iterator draws its base seed), invisible to training: enabling or
+    spacing validation no longer changes the trained weights either.
+
+    Note:
+        The guarantee holds for epoch-boundary checkpoints and for
+        dataloaders whose workers are re-created every epoch
+        (``num_workers=0`` or ``persistent_workers=False``); the random
+        state inside persistent worker processes cannot be saved.
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self) -> None:
+        self._state: Optional[dict] = None
+        self._state_epoch: Optional[int] = None
+
+    def after_train_epoch(self, runner) -> None:
+        self._state = get_rng_state()
+        self._state_epoch = runner.epoch + 1
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        if self._state is not None and self._state_epoch == checkpoint.get(
+                'meta', {}).get('epoch'):
+            checkpoint['rng_state'] = self._state
+        else:
+            checkpoint['rng_state'] = get_rng_state()
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        if 'rng_state' in checkpoint:
+            self._state = checkpoint['rng_state']
+            self._state_epoch = checkpoint.get('meta', {}).get('epoch')
+
+    def before_train_epoch(self, runner) -> None:
+        # Only the state saved at the end of the epoch that precedes this
+        # one applies: a checkpoint of another epoch (``load_from`` for
+        # fine-tuning) must not set the generators.
+        if self._state is not None and self._state_epoch == runner.epoch:
+            set_rng_state(self._state)

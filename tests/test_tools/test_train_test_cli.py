@@ -1,0 +1,281 @@
+"""tools/train.py, tools/test.py and tools/dist_train.sh on the CPU."""
+import contextlib
+import importlib.util
+import json
+import os
+import os.path as osp
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from mmengine.hooks import Hook
+from mmpretrain.registry import HOOKS
+
+from lect_mm.engine import ConfigError
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+TINY = osp.join(REPO, 'tests', 'test_engine', 'data', 'tiny_digits.py')
+cpu_only = pytest.mark.skipif(
+    torch.cuda.is_available(), reason='tests the CPU path')
+
+
+def _load_tool(name):
+    spec = importlib.util.spec_from_file_location(
+        f'lect_tools_{name}', osp.join(REPO, 'tools', f'{name}.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+train_tool = _load_tool('train')
+test_tool = _load_tool('test')
+
+
+def _log_text(work_dir):
+    logs = [
+        osp.join(root, f) for root, _, files in os.walk(work_dir)
+        for f in files if f.endswith('.log')
+    ]
+    return ''.join(open(f).read() for f in logs)
+
+
+# ------------------------------------------------------------ command line
+@contextlib.contextmanager
+def _restored_local_rank():
+    """parse_args exports LOCAL_RANK when no launcher did; a leaked non-zero
+    value would make later tests pick a GPU that does not exist."""
+    saved = os.environ.pop('LOCAL_RANK', None)
+    try:
+        yield
+    finally:
+        os.environ.pop('LOCAL_RANK', None)
+        if saved is not None:
+            os.environ['LOCAL_RANK'] = saved
+
+
+@pytest.fixture(autouse=True)
+def restored_local_rank():
+    with _restored_local_rank():
+        yield
+
+
+@pytest.mark.parametrize('flag', ['--local-rank', '--local_rank'])
+def test_both_local_rank_spellings(flag):
+    args = train_tool.parse_args([TINY, flag, '3'])
+    assert args.local_rank == 3
+    assert os.environ['LOCAL_RANK'] == '3'
+    del os.environ['LOCAL_RANK']
+    args = test_tool.parse_args([TINY, 'x.pth', flag, '2'])
+    assert args.local_rank == 2
+
+
+def test_merge_args_defaults_and_flags():
+    from mmengine.config import Config
+    args = train_tool.parse_args(
+        [TINY, '--amp', '--resume', '--auto-scale-lr'])
+    cfg = train_tool.merge_args(Config.fromfile(TINY), args)
+    assert cfg.work_dir == osp.join('./work_dirs', 'tiny_digits')
+    assert cfg.optim_wrapper.type == 'DeviceAmpOptimWrapper'
+    assert cfg.resume is True and cfg.load_from is None
+    assert cfg.auto_scale_lr.enable is True
+    assert cfg.launcher == 'none'
+    # num_workers=0: no persistent_workers (DataLoader would refuse it).
+    assert 'persistent_workers' not in cfg.train_dataloader
+    assert cfg.train_dataloader.collate_fn == dict(type='default_collate')
+    if not torch.cuda.is_available():
+        assert cfg.train_dataloader.pin_memory is False
+    args = train_tool.parse_args([TINY, '--resume', 'a.pth', '--cfg-options',
+                                  'train_cfg.max_epochs=7'])
+    cfg = train_tool.merge_args(Config.fromfile(TINY), args)
+    assert cfg.load_from == 'a.pth' and cfg.train_cfg.max_epochs == 7
+
+
+# -------------------------------------- train -> test -> resume -> load_from
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    work_dir = str(tmp_path_factory.mktemp('cli_train'))
+    with _restored_local_rank():
+        runner = train_tool.main([
+            TINY, '--work-dir', work_dir, '--cfg-options',
+            'train_cfg.max_epochs=1', 'experiment_name=cli_train'
+        ])
+    assert runner.epoch == 1
+    return work_dir
+
+
+def test_train_writes_checkpoints(trained):
+    files = os.listdir(trained)
+    assert 'epoch_1.pth' in files
+    assert 'best_accuracy_top1_epoch_1.pth' in files
+    assert 'Training took' in _log_text(trained)
+
+
+def test_test_tool_on_a_written_checkpoint(trained, tmp_path):
+    out = str(tmp_path / 'preds.pkl')
+    metrics = test_tool.main([
+        TINY, osp.join(trained, 'epoch_1.pth'), '--work-dir',
+        str(tmp_path), '--out', out, '--cfg-options',
+        'experiment_name=cli_test'
+    ])
+    assert 0 <= metrics['accuracy/top1'] <= 100
+    assert osp.getsize(out) > 0
+
+
+def test_resume_and_load_from_a_written_checkpoint(trained, tmp_path):
+    resumed_dir = str(tmp_path / 'resumed')
+    runner = train_tool.main([
+        TINY, '--work-dir', resumed_dir, '--resume',
+        osp.join(trained, 'epoch_1.pth'), '--cfg-options',
+        'train_cfg.max_epochs=2', 'experiment_name=cli_resume'
+    ])
+    assert runner.epoch == 2
+    assert 'resumed epoch: 1, iter: 4' in _log_text(resumed_dir)
+    assert osp.isfile(osp.join(resumed_dir, 'epoch_2.pth'))
+
+    loaded_dir = str(tmp_path / 'loaded')
+    ckpt = osp.join(trained, 'epoch_1.pth')
+    runner = train_tool.main([
+        TINY, '--work-dir', loaded_dir, '--no-validate', '--cfg-options',
+        f'load_from={ckpt}', 'train_cfg.max_epochs=1',
+        'experiment_name=cli_load'
+    ])
+    assert runner.epoch == 1
+    assert f'Load checkpoint from {ckpt}' in _log_text(loaded_dir)
+
+
+# --------------------------------------------------------------- --amp
+AUTOCAST_RECORDS = []
+
+
+@HOOKS.register_module(force=True)
+class AutocastProbeHook(Hook):
+    """Records the autocast state seen by the backbone's training forward."""
+
+    def before_train(self, runner):
+
+        def probe(module, inputs, output):
+            if module.training:
+                AUTOCAST_RECORDS.append(
+                    (torch.is_autocast_enabled('cpu'),
+                     torch.get_autocast_dtype('cpu'), output[0].dtype))
+
+        runner.model.backbone.register_forward_hook(probe)
+
+
+@cpu_only
+def test_amp_training_on_cpu_runs_under_bf16(tmp_path):
+    config = tmp_path / 'amp_probe.py'
+    config.write_text(
+        f"_base_ = [{TINY!r}]\n"
+        "custom_hooks = [dict(type='AutocastProbeHook')]\n")
+    AUTOCAST_RECORDS.clear()
+    runner = train_tool.main([
+        str(config), '--amp', '--work-dir',
+        str(tmp_path), '--no-validate', '--cfg-options',
+        'train_cfg.max_epochs=1', 'experiment_name=cli_amp'
+    ])
+    assert type(runner.optim_wrapper).__name__ == 'DeviceAmpOptimWrapper'
+    assert len(AUTOCAST_RECORDS) == 4  # 64 images / batch 16
+    assert set(AUTOCAST_RECORDS) == {(True, torch.bfloat16, torch.bfloat16)}
+    assert all(p.dtype == torch.float32 for p in runner.model.parameters())
+    assert osp.isfile(osp.join(str(tmp_path), 'epoch_1.pth'))
+
+
+# ------------------------------------------------------ errors users meet
+def test_unknown_config_key_is_named(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        train_tool.main([
+            TINY, '--work-dir',
+            str(tmp_path), '--cfg-options', 'model.backbone.foo=1',
+            'experiment_name=cli_badkey'
+        ])
+    assert str(info.value).startswith(
+        "model.backbone.foo: ResNet has no argument 'foo'.")
+
+
+def test_misspelt_type_is_named(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        train_tool.main([
+            TINY, '--work-dir',
+            str(tmp_path), '--cfg-options', 'model.head.type=LinearClsHed',
+            'experiment_name=cli_badtype'
+        ])
+    assert "type='LinearClsHed' (at model.head.type)" in str(info.value)
+    assert "Did you mean 'LinearClsHead'" in str(info.value)
+
+
+# --------------------------------------------------- 2-process DDP on CPU
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@cpu_only
+def test_dist_train_sh_two_cpu_processes(tmp_path):
+    work_dir = tmp_path / 'work'
+    (tmp_path / 'rank_marker.py').write_text(textwrap.dedent('''
+        import json, os
+        from mmengine.hooks import Hook
+        from mmengine.model import is_model_wrapper
+        from mmpretrain.registry import HOOKS
+
+        @HOOKS.register_module()
+        class RankMarkerHook(Hook):
+            def after_run(self, runner):
+                model = runner.model
+                wrapped = is_model_wrapper(model)
+                module = model.module if wrapped else model
+                total = sum(float(p.detach().double().sum())
+                            for p in module.parameters())
+                path = os.path.join(runner.work_dir, f'rank{runner.rank}.json')
+                with open(path, 'w') as f:
+                    json.dump(dict(world_size=runner.world_size,
+                                   wrapper=type(model).__name__,
+                                   iters=runner.iter, param_sum=total), f)
+        '''))
+    config = tmp_path / 'dist_cfg.py'
+    config.write_text(
+        f"_base_ = [{TINY!r}]\n"
+        "custom_imports = dict(imports=['lect_mm', 'rank_marker'])\n"
+        "custom_hooks = [dict(type='RankMarkerHook')]\n"
+        "train_cfg = dict(max_epochs=1)\n")
+    env = dict(
+        os.environ,
+        PORT=str(_free_port()),
+        PYTHONPATH=str(tmp_path),
+        PATH=osp.dirname(sys.executable) + os.pathsep + os.environ['PATH'])
+    proc = subprocess.run(
+        ['bash', osp.join(REPO, 'tools', 'dist_train.sh'),
+         str(config), '2', '--work-dir', str(work_dir)],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ranks = [
+        json.loads((work_dir / f'rank{r}.json').read_text()) for r in (0, 1)
+    ]
+    for rank in ranks:
+        assert rank['world_size'] == 2
+        assert rank['wrapper'] == 'MMDistributedDataParallel'
+        assert rank['iters'] == 2  # 64 images / (2 ranks x batch 16)
+    # DDP kept the replicas identical.
+    assert ranks[0]['param_sum'] == ranks[1]['param_sum']
+    assert [f for f in os.listdir(work_dir) if f.startswith('epoch_')] == [
+        'epoch_1.pth'
+    ]
+    log = _log_text(str(work_dir))
+    assert 'Distributed training: True' in log
+    assert 'Training took' in log
+
+
+# ------------------------------------------------------------------ CI
+def test_ci_runs_the_readme_test_command():
+    lines = open(osp.join(REPO, 'README.md')).read().splitlines()
+    start = lines.index('```bash')
+    expected = lines[start + 2]
+    proc = subprocess.run([osp.join(REPO, '.ci', 'run'), '--print-command'],
+                          capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == expected
+    assert 'pytest' in expected

@@ -1,30 +1,23 @@
-# The embedded-default demo (README command 1):
+# The embedded demo: LeCT v1 (the report's architecture, 1.15M parameters)
+# trained on scikit-learn's bundled handwritten digits (no download), 32x32.
+#
 #   python tools/train.py configs/demo/lect_digits.py
-# trains on scikit-learn's bundled digits (no download) in a few minutes on a
-# 2-core CPU. Model: a narrow ResNet-18 for small images (mmpretrain's
-# ResNet_CIFAR, widths 16-128, ~0.7 M parameters), a stand-in until a small
-# LeCT replaces it.
+#
+# At 32x32 input the stages see 8x8, 4x4 and 2x2 token maps, so the spatial
+# reduction ratios of the 224-input configs (14, 7, 2) are replaced by
+# (2, 2, 1): pooled grids of 4x4, 2x2 and 2x2.
 _base_ = [
+    '../_base_/models/lect_v1.py',
     '../_base_/datasets/digits.py',
     '../_base_/default_runtime.py',
 ]
 
 model = dict(
-    type='ImageClassifier',
-    backbone=dict(
-        type='ResNet_CIFAR',
-        depth=18,
-        stem_channels=16,
-        base_channels=16,
-        num_stages=4,
-        out_indices=(3, ),
-        style='pytorch'),
-    neck=dict(type='GlobalAveragePooling'),
-    head=dict(
-        type='LinearClsHead',
-        num_classes=10,
-        in_channels=128,
-        loss=dict(type='CrossEntropyLoss', loss_weight=1.0)))
+    backbone=dict(attn_cfg=[
+        dict(sr_ratio=2),
+        dict(sr_ratio=2),
+        dict(sr_ratio=1),
+    ]))
 
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=2e-3, weight_decay=0.05),
@@ -54,5 +47,4 @@ test_cfg = dict()
 
 auto_scale_lr = dict(base_batch_size=64)
 
-# 23 iterations per epoch: log more often than the runtime's default
 default_hooks = dict(logger=dict(interval=10))

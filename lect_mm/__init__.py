@@ -3,7 +3,7 @@
 Importing this package registers every block, backbone, dataset and engine
 component into mmpretrain's registries (``default_scope='mmpretrain'``).
 """
-from ._warnings import silence_known_warnings
+from ._warnings import silence_known_log_messages, silence_known_warnings
 
 silence_known_warnings()
 
@@ -13,4 +13,4 @@ from . import blocks  # noqa: E402,F401
 from . import models  # noqa: E402,F401
 from . import datasets  # noqa: E402,F401
 
-__all__ = ['__version__']
+__all__ = ['__version__', 'silence_known_log_messages']

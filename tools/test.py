@@ -5,6 +5,7 @@ import os
 import os.path as osp
 
 import lect_mm  # noqa: F401,I001  (first: registers modules, quiets warnings)
+from lect_mm import silence_known_log_messages
 import mmengine
 from mmengine.config import Config, DictAction
 from mmengine.device import get_device
@@ -95,6 +96,7 @@ def main(argv=None):
             runner = Runner.from_cfg(cfg)
         else:
             runner = RUNNERS.build(cfg)
+        silence_known_log_messages(runner.logger)
 
         if args.out and args.out_item in ('pred', None):
             runner.test_evaluator.metrics.append(

@@ -7,6 +7,7 @@ import os.path as osp
 import time
 
 import lect_mm  # noqa: F401,I001  (first: registers modules, quiets warnings)
+from lect_mm import silence_known_log_messages
 from mmengine.config import Config, DictAction
 from mmengine.device import get_device
 from mmengine.registry import RUNNERS
@@ -137,6 +138,7 @@ def main(argv=None):
             runner = Runner.from_cfg(cfg)
         else:
             runner = RUNNERS.build(cfg)
+        silence_known_log_messages(runner.logger)
         runner.train()
         runner.logger.info(f'Training took {time.time() - start:.1f} s; '
                            f'results in {osp.abspath(cfg.work_dir)}')

@@ -12,18 +12,18 @@ from typing import Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_activation_layer, build_norm_layer
-from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
 
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.alternet import AlterNetMSABlock, PreActBasicBlock
+from lect_mm.models.utils import FreezeNormEvalMixin
 
 STEM_TYPES = ('conv7x7', 'conv3x3')
 
 
 @MODELS.register_module()
-class AlterNet(BaseBackbone):
+class AlterNet(FreezeNormEvalMixin, BaseBackbone):
     """AlterNet backbone: pre-activation ResNet with MSA blocks.
 
     Stage ``i`` holds ``depths[i]`` blocks, its last ``2 * msa_depths[i]``
@@ -252,12 +252,3 @@ class AlterNet(BaseBackbone):
             layer.eval()
             for param in layer.parameters():
                 param.requires_grad = False
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self._freeze_stages()
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, _BatchNorm):
-                    m.eval()
-        return self

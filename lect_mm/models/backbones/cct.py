@@ -9,9 +9,9 @@ from mmcv.cnn import build_norm_layer
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
+from lect_mm.models.utils import FreezeNormEvalMixin, parse_out_indices
 
 
 def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
@@ -27,7 +27,7 @@ def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
 
 
 @MODELS.register_module()
-class CCT(BaseBackbone):
+class CCT(FreezeNormEvalMixin, BaseBackbone):
     """Compact Convolutional Transformer: convolutional tokenizer →
     positional embedding → ``num_layers`` encoder layers → LayerNorm →
     SeqPool (no class token).
@@ -131,7 +131,7 @@ class CCT(BaseBackbone):
             raise ValueError(f'Unsupported out_type {out_type!r}, choose '
                              f'from {list(self.OUT_TYPES)}')
         self.out_type = out_type
-        self.out_indices = self._parse_out_indices(out_indices)
+        self.out_indices = parse_out_indices(out_indices, self.num_layers)
         if out_type == 'pooled' and self.out_indices != [self.num_layers - 1]:
             raise ValueError(
                 "out_type='pooled' exists only after the last layer "
@@ -203,21 +203,6 @@ class CCT(BaseBackbone):
                 f'missing {sorted(missing)}')
         return dict(arch)
 
-    def _parse_out_indices(self, out_indices) -> list:
-        if isinstance(out_indices, int):
-            out_indices = [out_indices]
-        if not isinstance(out_indices, Sequence):
-            raise TypeError('out_indices must be an int or a sequence, got '
-                            f'{type(out_indices)}')
-        parsed = []
-        for index in out_indices:
-            i = index + self.num_layers if index < 0 else index
-            if not 0 <= i < self.num_layers:
-                raise ValueError(f'Invalid out_indices {index} for '
-                                 f'{self.num_layers} layers')
-            parsed.append(i)
-        return sorted(set(parsed))
-
     def init_weights(self):
         super().init_weights()
         if (isinstance(self.init_cfg, dict)
@@ -275,12 +260,3 @@ class CCT(BaseBackbone):
                             h=hw_shape[0],
                             w=hw_shape[1]))
         return tuple(outs)
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self._freeze_stages()
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, _BatchNorm):
-                    m.eval()
-        return self

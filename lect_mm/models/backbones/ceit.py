@@ -10,13 +10,13 @@ from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.models.utils import resize_pos_embed
 from mmpretrain.registry import MODELS
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
+from lect_mm.models.utils import FreezeNormEvalMixin, parse_out_indices
 
 
 @MODELS.register_module()
-class CeiT(BaseBackbone):
+class CeiT(FreezeNormEvalMixin, BaseBackbone):
     """Convolution-enhanced image Transformer.
 
     Image2Tokens stem (conv 7×7/2 + BN + max-pool) → 4×4/4 patch projection
@@ -136,7 +136,8 @@ class CeiT(BaseBackbone):
             raise ValueError(f'Unsupported out_type {out_type!r}, choose '
                              f'from {list(self.OUT_TYPES)}')
         self.out_type = out_type
-        self.out_indices = self._parse_out_indices(out_indices)
+        self.out_indices = parse_out_indices(out_indices, self.num_layers,
+                                             'blocks')
         if out_type == 'pooled' and self.out_indices != [self.num_layers - 1]:
             raise ValueError(
                 "out_type='pooled' exists only after the last block "
@@ -234,21 +235,6 @@ class CeiT(BaseBackbone):
                              f"{list(self.POOLINGS)}, got {arch['pooling']!r}")
         return dict(arch)
 
-    def _parse_out_indices(self, out_indices) -> list:
-        if isinstance(out_indices, int):
-            out_indices = [out_indices]
-        if not isinstance(out_indices, Sequence):
-            raise TypeError('out_indices must be an int or a sequence, got '
-                            f'{type(out_indices)}')
-        parsed = []
-        for index in out_indices:
-            i = index + self.num_layers if index < 0 else index
-            if not 0 <= i < self.num_layers:
-                raise ValueError(f'Invalid out_indices {index} for '
-                                 f'{self.num_layers} blocks')
-            parsed.append(i)
-        return sorted(set(parsed))
-
     def init_weights(self):
         super().init_weights()
         if (isinstance(self.init_cfg, dict)
@@ -321,12 +307,3 @@ class CeiT(BaseBackbone):
                             h=hw_shape[0],
                             w=hw_shape[1]))
         return tuple(outs)
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self._freeze_stages()
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, _BatchNorm):
-                    m.eval()
-        return self

@@ -15,10 +15,11 @@ import torch.utils.checkpoint as cp
 from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule, ModuleList
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
+
+from lect_mm.models.utils import FreezeNormEvalMixin
 
 
 def _accepted_args(type_) -> Optional[set]:
@@ -134,7 +135,7 @@ class LeCTStage(BaseModule):
 
 
 @MODELS.register_module()
-class LeCT(BaseBackbone):
+class LeCT(FreezeNormEvalMixin, BaseBackbone):
     """Locally-enhanced Convolutional Transformer backbone.
 
     Implements the network of the LeCT report (§3 LeMSA and LeFFN, Appendix
@@ -420,12 +421,3 @@ class LeCT(BaseBackbone):
             stage.eval()
             for param in stage.parameters():
                 param.requires_grad = False
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self._freeze_stages()
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, _BatchNorm):
-                    m.eval()
-        return self

@@ -10,17 +10,18 @@ from typing import Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_activation_layer, build_conv_layer, build_norm_layer
-from mmengine.utils.dl_utils.parrots_wrapper import _BatchNorm
 
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.models.backbones.resnet import BasicBlock, ResLayer
 from mmpretrain.registry import MODELS
 
+from lect_mm.models.utils import FreezeNormEvalMixin
+
 STEM_TYPES = ('conv7x7', 'conv3x3')
 
 
 @MODELS.register_module()
-class NarrowResNet(BaseBackbone):
+class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
     """Post-activation ResNet of BasicBlocks with listed stage widths.
 
     Stem ``'conv7x7'``: conv 7x7/2 (no bias) -> norm -> ReLU -> max-pool
@@ -179,12 +180,3 @@ class NarrowResNet(BaseBackbone):
             layer.eval()
             for param in layer.parameters():
                 param.requires_grad = False
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self._freeze_stages()
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, _BatchNorm):
-                    m.eval()
-        return self

@@ -7,9 +7,9 @@ import torch.utils.checkpoint as cp
 from einops import rearrange
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
+from lect_mm.models.utils import FreezeNormEvalMixin, parse_out_indices
 
 
 class _ViTAEStage(nn.Module):
@@ -22,7 +22,7 @@ class _ViTAEStage(nn.Module):
 
 
 @MODELS.register_module()
-class ViTAE(BaseBackbone):
+class ViTAE(FreezeNormEvalMixin, BaseBackbone):
     """ViTAE: stages of one reduction cell (PRM + PCM + Performer) and
     ``nc_depths[i]`` normal cells (MHSA + PCM + MLP).
 
@@ -134,7 +134,8 @@ class ViTAE(BaseBackbone):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = a = self._parse_arch(arch)
         self.num_stages = len(a['embed_dims'])
-        self.out_indices = self._parse_out_indices(out_indices)
+        self.out_indices = parse_out_indices(out_indices, self.num_stages,
+                                             'stages')
         if not -1 <= frozen_stages <= self.num_stages:
             raise ValueError(f'frozen_stages must be in [-1, '
                              f'{self.num_stages}], got {frozen_stages}')
@@ -203,21 +204,6 @@ class ViTAE(BaseBackbone):
                              f'got {lengths}')
         return dict(arch)
 
-    def _parse_out_indices(self, out_indices) -> list:
-        if isinstance(out_indices, int):
-            out_indices = [out_indices]
-        if not isinstance(out_indices, Sequence):
-            raise TypeError('out_indices must be an int or a sequence, got '
-                            f'{type(out_indices)}')
-        parsed = []
-        for index in out_indices:
-            i = index + self.num_stages if index < 0 else index
-            if not 0 <= i < self.num_stages:
-                raise ValueError(f'Invalid out_indices {index} for '
-                                 f'{self.num_stages} stages')
-            parsed.append(i)
-        return sorted(set(parsed))
-
     def _freeze_stages(self):
         for i in range(max(self.frozen_stages, 0)):
             stage = self.stages[i]
@@ -243,12 +229,3 @@ class ViTAE(BaseBackbone):
                         h=hw_shape[0],
                         w=hw_shape[1]))
         return tuple(outs)
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self._freeze_stages()
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, _BatchNorm):
-                    m.eval()
-        return self

@@ -1,0 +1,58 @@
+"""Pieces shared by the backbones in ``lect_mm.models.backbones``.
+
+A backbone file does not import another backbone file; what several of them
+repeat lives here instead.
+"""
+from typing import List, Sequence, Union
+
+from torch.nn.modules.batchnorm import _BatchNorm
+
+
+def parse_out_indices(out_indices: Union[int, Sequence[int]],
+                      num_layers: int,
+                      unit: str = 'layers') -> List[int]:
+    """Normalise ``out_indices`` to a sorted list of non-negative indices.
+
+    Args:
+        out_indices (int | Sequence[int]): Indices of the outputs; negative
+            ones count from the end.
+        num_layers (int): How many layers (blocks, stages) there are.
+        unit (str): What the layers are called in the error message.
+            Defaults to ``'layers'``.
+
+    Returns:
+        list[int]: The indices in ``[0, num_layers)``, sorted, without
+        repeats.
+    """
+    if isinstance(out_indices, int):
+        out_indices = [out_indices]
+    if not isinstance(out_indices, Sequence):
+        raise TypeError('out_indices must be an int or a sequence, got '
+                        f'{type(out_indices)}')
+    parsed = []
+    for index in out_indices:
+        i = index + num_layers if index < 0 else index
+        if not 0 <= i < num_layers:
+            raise ValueError(f'Invalid out_indices {index} for '
+                             f'{num_layers} {unit}')
+        parsed.append(i)
+    return sorted(set(parsed))
+
+
+class FreezeNormEvalMixin:
+    """``train()`` that re-freezes the frozen stages and honours ``norm_eval``.
+
+    Put it before ``BaseBackbone`` in the bases of a backbone that defines
+    ``_freeze_stages()`` and sets ``self.norm_eval``. After the usual
+    ``train(mode)``, the frozen stages are put back in eval mode and, when
+    training with ``norm_eval``, every BatchNorm layer too.
+    """
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self

@@ -1,0 +1,40 @@
+"""parse_out_indices and FreezeNormEvalMixin, shared by the backbones."""
+import pytest
+import torch.nn as nn
+
+from lect_mm.models.utils import FreezeNormEvalMixin, parse_out_indices
+
+
+def test_parse_out_indices():
+    assert parse_out_indices(-1, 4) == [3]
+    assert parse_out_indices((3, 0, -4, 1), 4) == [0, 1, 3]
+    with pytest.raises(ValueError, match='Invalid out_indices 4 for 4 layers'):
+        parse_out_indices([4], 4)
+    with pytest.raises(ValueError,
+                       match='Invalid out_indices -3 for 2 blocks'):
+        parse_out_indices(-3, 2, 'blocks')
+    with pytest.raises(TypeError, match='an int or a sequence'):
+        parse_out_indices(1.0, 4)
+
+
+class _Net(FreezeNormEvalMixin, nn.Module):
+
+    def __init__(self, norm_eval):
+        super().__init__()
+        self.norm_eval = norm_eval
+        self.stem = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4))
+        self.head = nn.Sequential(nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4))
+
+    def _freeze_stages(self):
+        self.stem.eval()
+
+
+@pytest.mark.parametrize('norm_eval', [False, True])
+def test_freeze_norm_eval_mixin(norm_eval):
+    net = _Net(norm_eval)
+    assert net.train() is net
+    assert net.training and not net.stem.training
+    assert net.head[0].training
+    assert net.head[1].training is not norm_eval
+    net.eval()
+    assert not any(m.training for m in net.modules())

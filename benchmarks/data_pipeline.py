@@ -119,6 +119,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='untimed steps before the epoch (default 5)')
     parser.add_argument('--repeats', type=int, default=5,
                         help='timed steps of the model-only estimate')
+    parser.add_argument('--loader-only', action='store_true',
+                        help='time only the data loader (no model): how '
+                        'fast the CPU pipeline can feed a device')
     args = parser.parse_args(argv)
     if args.quick:
         args.images, args.batch_size, args.img_size = 32, 16, 48
@@ -160,6 +163,19 @@ def _loader(cfg, pipeline, args):
     return Runner.build_dataloader(loader_cfg, seed=args.seed), workers
 
 
+def _time_loader(mode: str, loader):
+    """One pass over ``loader``: (seconds, images, first batch)."""
+    print(f'[{mode}] loader only', file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    n = 0
+    first = None
+    for batch in loader:
+        n += len(batch['inputs'])
+        if first is None:
+            first = batch
+    return time.perf_counter() - t0, n, first
+
+
 def run_mode(mode: str, args, device: torch.device) -> Dict:
     import cv2
 
@@ -167,6 +183,10 @@ def run_mode(mode: str, args, device: torch.device) -> Dict:
     # inside the dataloader workers
     cv2.setNumThreads(0)
     cfg, pipeline, preprocessor = _dataset_cfg(mode, args.img_size)
+    if args.loader_only:
+        loader, workers = _loader(cfg, pipeline, args)
+        loader_s, n, _ = _time_loader(mode, loader)
+        return dict(loader_s=loader_s, loader_images=n, workers=workers)
     model_config = MODEL_CONFIGS.get(args.model, args.model)
     mcfg = load_config(model_config)
     mcfg.model.data_preprocessor = preprocessor
@@ -179,16 +199,7 @@ def run_mode(mode: str, args, device: torch.device) -> Dict:
                      channels_last=args.channels_last)
     loader, workers = _loader(cfg, pipeline, args)
 
-    # loader only
-    print(f'[{mode}] loader only', file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    n = 0
-    first = None
-    for batch in loader:
-        n += len(batch['inputs'])
-        if first is None:
-            first = batch
-    loader_s = time.perf_counter() - t0
+    loader_s, n, first = _time_loader(mode, loader)
 
     # model only: warms up (compilation, cuDNN) for the epoch too
     print(f'[{mode}] warm-up / model only', file=sys.stderr, flush=True)
@@ -235,6 +246,12 @@ def main(argv=None) -> Report:
     }
     rows = []
     for mode, r in results.items():
+        if args.loader_only:
+            rows.append([
+                labels[mode], f'{r["loader_s"]:.1f}',
+                fmt_rate(r['loader_images'] / r['loader_s'])
+            ])
+            continue
         rows.append([
             labels[mode], f'{r["loader_s"]:.1f}',
             fmt_rate(r['loader_images'] / r['loader_s']),
@@ -253,6 +270,19 @@ def main(argv=None) -> Report:
         flags.append('torch.compile')
     model_name = args.model if args.model in MODEL_CONFIGS else \
         args.model.replace(REPO_ROOT + '/', '')
+    if args.loader_only:
+        report.add(f'### Data loader alone, {args.images:,} 32×32 images '
+                   f'(batch {args.batch_size}, {any_r["workers"]} workers)')
+        report.add()
+        report.add(markdown_table(['Resize', 'Loader only s',
+                                   'Loader images/s'], rows))
+        report.add()
+        report.add('One pass over the dataloader (RandomCrop pad 4, flip, '
+                   'RandAugment, [Resize], PackInputs, collate), worker '
+                   'start-up included; no model, no transfer.')
+        report.add()
+        report.save()
+        return report
     report.add(f'### One epoch of {args.images:,} 32×32 images, {model_name} '
                f'({", ".join(flags)})')
     report.add()

@@ -124,6 +124,17 @@ def test_data_pipeline(bench):
     assert '| device (ResizeClsDataPreprocessor 48) |' in text
 
 
+def test_data_pipeline_loader_only(bench):
+    mod = bench('data_pipeline')
+    report = mod.main(QUICK + ['--num-workers', '0', '--loader-only'])
+    text = '\n'.join(report.parts)
+    assert '### Data loader alone, 32 32×32 images' in text
+    rows = [line for line in text.splitlines()
+            if line.startswith('| CPU pipeline') or line.startswith('| device')]
+    assert len(rows) == 2
+    assert all(len(r.strip('|').split('|')) == 3 for r in rows)
+
+
 def test_in_memory_dataset(bench):
     mod = bench('data_pipeline')
     ds = mod.InMemoryImages(num_images=5, img_size=8, num_classes=3)

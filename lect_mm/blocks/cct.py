@@ -17,7 +17,7 @@ from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
-from .attention import MultiheadSelfAttention
+from .utils import set_defaults
 
 
 def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
@@ -148,11 +148,13 @@ class CCTEncoderLayer(BaseModule):
     """CCT transformer encoder layer (CCT reference
     ``TransformerEncoderLayer``).
 
-    ``x ← x + DP(MHSA(LN_pre(x)))``; ``x ← LN1(x)`` — the normalised tensor
-    **replaces** the stream (the reference's quirk, kept for exactness);
-    ``x ← x + DP(Dropout(Linear2(Dropout(GELU(Linear1(x))))))``. The MHSA
-    has no qkv bias, a biased projection, attention dropout and projection
-    dropout ``drop_rate`` (:class:`~lect_mm.blocks.MultiheadSelfAttention`).
+    ``x ← x + DP(MHSA(LN_pre(x), hw))``; ``x ← LN1(x)`` — the normalised
+    tensor **replaces** the stream (the reference's quirk, kept for
+    exactness); ``x ← x + DP(Dropout(Linear2(Dropout(GELU(Linear1(x))))))``.
+    The MHSA is built from ``attn_cfg``; the default
+    :class:`~lect_mm.blocks.MultiheadSelfAttention` is the reference's: no
+    qkv bias, a biased projection, attention dropout and projection dropout
+    ``drop_rate``.
 
     Args:
         embed_dims (int): Token channels C.
@@ -164,6 +166,12 @@ class CCTEncoderLayer(BaseModule):
         qkv_bias (bool): Bias of the qkv projection. Defaults to False.
         impl (str): Attention path, 'fused' or 'literal'.
             Defaults to 'fused'.
+        attn_cfg (dict): Attention config, built with ``embed_dims``;
+            ``num_heads``, ``qkv_bias``, ``attn_drop`` (``attn_drop_rate``),
+            ``proj_drop`` (``drop_rate``) and ``impl`` are filled in where
+            the config leaves them unset and its type accepts them. A grid
+            attention (LeMSA) needs ``hw_shape`` in ``forward``.
+            Defaults to ``dict(type='MultiheadSelfAttention')``.
         norm_cfg (dict): Norm config. Defaults to ``dict(type='LN')``
             (eps 1e-5).
         act_cfg (dict): MLP activation. Defaults to ``dict(type='GELU')``.
@@ -179,18 +187,21 @@ class CCTEncoderLayer(BaseModule):
                  drop_path_rate: float = 0.,
                  qkv_bias: bool = False,
                  impl: str = 'fused',
+                 attn_cfg: dict = dict(type='MultiheadSelfAttention'),
                  norm_cfg: dict = dict(type='LN'),
                  act_cfg: dict = dict(type='GELU'),
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.pre_norm = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = MultiheadSelfAttention(
-            embed_dims,
-            num_heads,
-            qkv_bias=qkv_bias,
-            attn_drop=attn_drop_rate,
-            proj_drop=drop_rate,
-            impl=impl)
+        self.attn = MODELS.build(
+            set_defaults(
+                attn_cfg,
+                num_heads=num_heads,
+                qkv_bias=qkv_bias,
+                attn_drop=attn_drop_rate,
+                proj_drop=drop_rate,
+                impl=impl),
+            default_args=dict(embed_dims=embed_dims))
         self.drop_path = DropPath(drop_path_rate)
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.ffn = FFN(
@@ -203,6 +214,7 @@ class CCTEncoderLayer(BaseModule):
     def forward(self,
                 x: torch.Tensor,
                 hw_shape: Optional[Sequence[int]] = None) -> torch.Tensor:
-        """x: (B, N, C) → (B, N, C). ``hw_shape`` is unused."""
-        x = self.norm1(x + self.drop_path(self.attn(self.pre_norm(x))))
+        """x: (B, N, C) → (B, N, C); ``hw_shape`` goes to the attention."""
+        attn = self.attn(self.pre_norm(x), hw_shape)
+        x = self.norm1(x + self.drop_path(attn))
         return self.ffn(x)

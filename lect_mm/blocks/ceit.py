@@ -19,6 +19,7 @@ from mmpretrain.registry import MODELS
 
 from .attention import MultiheadSelfAttention
 from .ffn import LeFFN
+from .utils import set_defaults
 
 
 @MODELS.register_module()
@@ -123,9 +124,13 @@ class CeiTLeFF(LeFFN):
 class CeiTBlock(BaseModule):
     """CeiT encoder block: pre-norm MHSA followed by a pre-norm LeFF.
 
-    ``x ← x + DP(MHSA(LN1(x)))``; ``x ← x + DP(LeFF(LN2(x), hw))``. The
-    MHSA is :class:`~lect_mm.blocks.MultiheadSelfAttention` (qkv Linear
-    C→3C in (3, heads, d) layout, proj Linear C→C), CeiT's layout.
+    ``x ← x + DP(MHSA(LN1(x), hw))``; ``x ← x + DP(LeFF(LN2(x), hw))``. The
+    MHSA is built from ``attn_cfg``; the default
+    :class:`~lect_mm.blocks.MultiheadSelfAttention` (qkv Linear C→3C in
+    (3, heads, d) layout, proj Linear C→C) is CeiT's layout. The attention
+    sees all ``num_extra_tokens + H·W`` tokens, so with a class token it
+    must not depend on the (H, W) grid (LeMSA needs
+    ``num_extra_tokens=0``).
 
     Args:
         embed_dims (int): Token channels C.
@@ -142,6 +147,11 @@ class CeiTBlock(BaseModule):
         with_bn (bool): LeFF norm layers. Defaults to True.
         impl (str): Attention path, 'fused' or 'literal'.
             Defaults to 'fused'.
+        attn_cfg (dict): Attention config, built with ``embed_dims``;
+            ``num_heads``, ``qkv_bias``, ``attn_drop`` (``attn_drop_rate``),
+            ``proj_drop`` (``drop_rate``) and ``impl`` are filled in where
+            the config leaves them unset and its type accepts them.
+            Defaults to ``dict(type='MultiheadSelfAttention')``.
         norm_cfg (dict): Token norm. Defaults to
             ``dict(type='LN', eps=1e-6)``.
         ffn_norm_cfg (dict): LeFF norm. Defaults to ``dict(type='BN')``.
@@ -161,19 +171,22 @@ class CeiTBlock(BaseModule):
                  kernel_size: int = 3,
                  with_bn: bool = True,
                  impl: str = 'fused',
+                 attn_cfg: dict = dict(type='MultiheadSelfAttention'),
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  ffn_norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = MultiheadSelfAttention(
-            embed_dims,
-            num_heads,
-            qkv_bias=qkv_bias,
-            attn_drop=attn_drop_rate,
-            proj_drop=drop_rate,
-            impl=impl)
+        self.attn = MODELS.build(
+            set_defaults(
+                attn_cfg,
+                num_heads=num_heads,
+                qkv_bias=qkv_bias,
+                attn_drop=attn_drop_rate,
+                proj_drop=drop_rate,
+                impl=impl),
+            default_args=dict(embed_dims=embed_dims))
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.leff = CeiTLeFF(
             embed_dims,

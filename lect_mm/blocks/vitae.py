@@ -18,7 +18,7 @@ from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule, Sequential
 from mmpretrain.registry import MODELS
 
-from .attention import MultiheadSelfAttention
+from .utils import set_defaults
 
 RC_TOKEN_TYPES = ('performer', 'performer_less')
 
@@ -376,8 +376,9 @@ class NormalCell(BaseModule):
     """ViTAE normal cell (ViTAE paper, section "Normal cell").
 
     ``local = DP(PCM(x))`` on the un-normalised token map;
-    ``x ← x + DP(MHSA(LN1(x))) + local``; ``x ← x + DP(MLP(LN2(x)))``,
-    MHSA = :class:`~lect_mm.blocks.MultiheadSelfAttention`.
+    ``x ← x + DP(MHSA(LN1(x), hw)) + local``; ``x ← x + DP(MLP(LN2(x)))``,
+    MHSA built from ``attn_cfg`` (by default
+    :class:`~lect_mm.blocks.MultiheadSelfAttention`, as in ViTAE).
     PCM = Conv3×3(C→F, g) → BN → SiLU → Conv3×3(F→C, g) → BN → SiLU →
     Conv3×3(C→C, g) → SiLU with F = ``feedforward_channels``. Leading
     ``num_extra_tokens`` (class tokens) skip the PCM branch.
@@ -394,6 +395,13 @@ class NormalCell(BaseModule):
         num_extra_tokens (int): Leading class tokens. Defaults to 0.
         impl (str): Attention path, 'fused' or 'literal'.
             Defaults to 'fused'.
+        attn_cfg (dict): Attention config, built with ``embed_dims``;
+            ``num_heads``, ``qkv_bias``, ``attn_drop`` (``attn_drop_rate``),
+            ``proj_drop`` (``drop_rate``) and ``impl`` are filled in where
+            the config leaves them unset and its type accepts them. It sees
+            the class tokens too, so a grid attention (LeMSA) needs
+            ``num_extra_tokens=0``. Defaults to
+            ``dict(type='MultiheadSelfAttention')``.
         norm_cfg (dict): Token norm. Defaults to
             ``dict(type='LN', eps=1e-6)``.
         conv_norm_cfg (dict): PCM norm. Defaults to ``dict(type='BN')``.
@@ -414,6 +422,7 @@ class NormalCell(BaseModule):
                  groups: int = 64,
                  num_extra_tokens: int = 0,
                  impl: str = 'fused',
+                 attn_cfg: dict = dict(type='MultiheadSelfAttention'),
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  conv_norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
@@ -422,13 +431,15 @@ class NormalCell(BaseModule):
         super().__init__(init_cfg=init_cfg)
         self.num_extra_tokens = num_extra_tokens
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = MultiheadSelfAttention(
-            embed_dims,
-            num_heads,
-            qkv_bias=qkv_bias,
-            attn_drop=attn_drop_rate,
-            proj_drop=drop_rate,
-            impl=impl)
+        self.attn = MODELS.build(
+            set_defaults(
+                attn_cfg,
+                num_heads=num_heads,
+                qkv_bias=qkv_bias,
+                attn_drop=attn_drop_rate,
+                proj_drop=drop_rate,
+                impl=impl),
+            default_args=dict(embed_dims=embed_dims))
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.ffn = FFN(
             embed_dims=embed_dims,

@@ -12,6 +12,7 @@ from mmpretrain.registry import MODELS
 from mmpretrain.structures import DataSample
 
 import lect_mm  # noqa: F401
+from lect_mm.blocks import LeMSA, MultiheadSelfAttention
 from lect_mm.models.backbones import CCT
 
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
@@ -208,3 +209,20 @@ def test_with_cp_same_output_and_grads():
     torch.testing.assert_close(out_a, out_b)
     out_b.sum().backward()
     assert b.layers[0].attn.qkv.weight.grad is not None
+
+
+@pytest.mark.parametrize('with_cp', [False, True])
+def test_attn_cfg_swaps_the_layer_attention(with_cp):
+    default = CCT('2_3x2')
+    assert all(
+        type(layer.attn) is MultiheadSelfAttention for layer in default.layers)
+    # CCT has no class token: the layers' tokens are the tokenizer's 8x8
+    # grid, which reaches the attention (through checkpointing too).
+    model = CCT(
+        '2_3x2', attn_cfg=dict(type='LeMSA', sr_ratio=2), with_cp=with_cp)
+    assert all(type(layer.attn) is LeMSA and layer.attn.num_heads == 2
+               for layer in model.layers)
+    out, = model(torch.randn(2, 3, 32, 32))
+    assert out.shape == (2, 128)
+    out.sum().backward()
+    assert model.layers[0].attn.proj_v.weight.grad is not None

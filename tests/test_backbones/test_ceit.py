@@ -14,6 +14,7 @@ from mmpretrain.registry import MODELS
 from mmpretrain.structures import DataSample
 
 import lect_mm  # noqa: F401
+from lect_mm.blocks import LCAttention, LeMSA, MultiheadSelfAttention
 from lect_mm.models.backbones import CeiT
 
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
@@ -187,3 +188,30 @@ def test_with_cp_same_output_and_grads():
     torch.testing.assert_close(out_a, out_b)
     out_b.sum().backward()
     assert b.layers[0].attn.qkv.weight.grad is not None
+
+
+def test_attn_cfg_swaps_the_block_attention():
+    x = torch.randn(2, 3, 64, 64)
+    default = CeiT('ref', img_size=64)
+    assert all(
+        type(layer.attn) is MultiheadSelfAttention for layer in default.layers)
+    # 'gap' has no class token: the blocks' tokens are the 4x4 patch grid,
+    # so a grid attention fits.
+    gap = CeiT('gap', img_size=64, attn_cfg=dict(type='LeMSA', sr_ratio=2))
+    assert all(type(layer.attn) is LeMSA and layer.attn.num_heads == 4
+               for layer in gap.layers)
+    out, = gap(x)
+    assert out.shape == (2, 112)
+    out.sum().backward()
+    assert gap.layers[0].attn.proj_v.weight.grad is not None
+    # With the class token the attention must be token-only; the LCA keeps
+    # its own class-token attention.
+    ref = CeiT(
+        'ref',
+        img_size=64,
+        attn_cfg=dict(type='MultiheadSelfAttention', impl='literal'))
+    assert all(layer.attn.impl == 'literal' for layer in ref.layers)
+    assert type(ref.lca.attn) is LCAttention and ref.lca.attn.impl == 'fused'
+    assert ref(x)[0].shape == (2, 112)
+    with pytest.raises(ValueError, match='does not match the 17 tokens'):
+        CeiT('ref', img_size=64, attn_cfg=dict(type='LeMSA', sr_ratio=2))(x)

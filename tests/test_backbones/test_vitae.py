@@ -13,6 +13,7 @@ from mmpretrain.registry import MODELS
 from mmpretrain.structures import DataSample
 
 import lect_mm  # noqa: F401
+from lect_mm.blocks import LeMSA, MultiheadSelfAttention, TokenPerformer
 from lect_mm.models.backbones import ViTAE
 
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
@@ -155,3 +156,18 @@ def test_with_cp_same_output_and_grads():
     torch.testing.assert_close(out_a, out_b)
     out_b.sum().backward()
     assert b.stages[2].ncs[0].attn.qkv.weight.grad is not None
+
+
+def test_attn_cfg_swaps_the_normal_cell_attention():
+    default = ViTAE('xs')
+    assert all(type(nc.attn) is MultiheadSelfAttention
+               for nc in default.stages[2].ncs)
+    # Normal cells see no class token, only the stage's (H, W) grid.
+    model = ViTAE('xs', attn_cfg=dict(type='LeMSA', sr_ratio=2))
+    assert all(type(nc.attn) is LeMSA and nc.attn.num_heads == 4
+               for nc in model.stages[2].ncs)
+    assert type(model.stages[0].rc.attn) is TokenPerformer
+    out, = model(torch.randn(2, 3, 32, 32))
+    assert out.shape == (2, 128, 2, 2)
+    out.sum().backward()
+    assert model.stages[2].ncs[0].attn.proj_v.weight.grad is not None

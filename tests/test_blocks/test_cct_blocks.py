@@ -5,7 +5,8 @@ import torch.nn.functional as F
 from mmpretrain.registry import MODELS
 
 import lect_mm  # noqa: F401
-from lect_mm.blocks import CCTEncoderLayer, CCTTokenizer, SeqPool
+from lect_mm.blocks import (CCTEncoderLayer, CCTTokenizer, LeMSA,
+                            MultiheadSelfAttention, SeqPool)
 
 BLOCKS = {
     'CCTTokenizer': (dict(type='CCTTokenizer', embed_dims=16,
@@ -82,3 +83,32 @@ def test_encoder_layer_norm_replaces_stream():
     y = layer.norm1(x + layer.attn(layer.pre_norm(x)))
     fc1, fc2 = layer.ffn.layers[0][0], layer.ffn.layers[1]
     torch.testing.assert_close(layer(x), y + fc2(F.gelu(fc1(y))))
+
+
+def test_encoder_layer_default_attention():
+    layer = CCTEncoderLayer(16, 2, 32, impl='literal')
+    assert type(layer.attn) is MultiheadSelfAttention
+    assert layer.attn.num_heads == 2 and layer.attn.impl == 'literal'
+    assert layer.attn.attn_drop.p == 0.1 and layer.attn.qkv.bias is None
+
+
+def test_encoder_layer_attention_swap_to_lemsa():
+    # CCT has no class token (SeqPool pools the tokens), so the layer's
+    # tokens are the tokenizer's (H, W) grid, passed on to the attention.
+    torch.manual_seed(0)
+    layer = MODELS.build(
+        dict(
+            type='CCTEncoderLayer',
+            embed_dims=16,
+            num_heads=2,
+            feedforward_channels=32,
+            attn_cfg=dict(type='LeMSA', sr_ratio=2)))
+    assert type(layer.attn) is LeMSA
+    assert layer.attn.num_heads == 2 and layer.attn.sr_ratio == 2
+    assert layer.attn.attn_drop.p == 0.1  # the layer's attn_drop_rate
+    x = torch.randn(2, 3 * 5, 16, requires_grad=True)
+    out = layer(x, (3, 5))
+    assert out.shape == (2, 15, 16)
+    out.square().mean().backward()
+    assert x.grad is not None
+    assert all(p.grad is not None for p in layer.attn.parameters())

@@ -5,8 +5,8 @@ import torch.nn.functional as F
 from mmpretrain.registry import MODELS
 
 import lect_mm  # noqa: F401
-from lect_mm.blocks import (CeiTLeFF, Image2Tokens, LCABlock, LCAttention,
-                            LeFFN, MultiheadSelfAttention)
+from lect_mm.blocks import (CeiTBlock, CeiTLeFF, Image2Tokens, LCABlock,
+                            LCAttention, LeFFN, LeMSA, MultiheadSelfAttention)
 
 C, HEADS, H, W = 16, 4, 3, 4
 
@@ -97,3 +97,57 @@ def test_lca_block_formula_and_mlp_width():
     torch.testing.assert_close(block(x), expected)
     official = LCABlock(C, HEADS, feedforward_channels=4 * C)
     assert official.ffn.layers[0][0].out_features == 4 * C
+
+
+def _forward_backward(block, x, hw_shape):
+    x.requires_grad_(True)
+    out = block(x, hw_shape)
+    assert out.shape == x.shape
+    out.square().mean().backward()
+    assert x.grad is not None
+    assert all(p.grad is not None for p in block.attn.parameters())
+
+
+def test_block_default_attention():
+    block = CeiTBlock(C, HEADS, 2)
+    assert type(block.attn) is MultiheadSelfAttention
+    assert block.attn.num_heads == HEADS and block.attn.impl == 'fused'
+    assert block.attn.qkv.bias is not None
+
+
+def test_block_attention_swap_with_class_token():
+    # With a class token the attention sees 1 + H*W tokens, which no (H, W)
+    # grid attention can fold into a map, so the swap keeps a token-only
+    # attention and changes it: the written-out softmax, no qkv bias. The
+    # config's entries win over the block's qkv_bias / impl.
+    torch.manual_seed(0)
+    block = MODELS.build(
+        dict(
+            type='CeiTBlock',
+            embed_dims=C,
+            num_heads=HEADS,
+            ffn_ratio=2,
+            attn_cfg=dict(
+                type='MultiheadSelfAttention', impl='literal',
+                qkv_bias=False)))
+    assert block.attn.impl == 'literal' and block.attn.qkv.bias is None
+    assert block.attn.num_heads == HEADS
+    _forward_backward(block, torch.randn(2, 1 + H * W, C), (H, W))
+
+
+def test_block_attention_swap_to_lemsa_without_class_token():
+    # Without a class token (CeiT 'gap') the tokens are the H x W grid, so
+    # a grid attention fits; num_heads and qkv_bias come from the block.
+    torch.manual_seed(0)
+    block = MODELS.build(
+        dict(
+            type='CeiTBlock',
+            embed_dims=C,
+            num_heads=HEADS,
+            ffn_ratio=2,
+            num_extra_tokens=0,
+            attn_cfg=dict(type='LeMSA', sr_ratio=2)))
+    assert type(block.attn) is LeMSA
+    assert block.attn.num_heads == HEADS and block.attn.sr_ratio == 2
+    assert block.attn.proj_v.bias is not None
+    _forward_backward(block, torch.randn(2, H * W, C), (H, W))

@@ -7,7 +7,8 @@ import torch.nn as nn
 from mmpretrain.registry import MODELS
 
 import lect_mm  # noqa: F401
-from lect_mm.blocks import PCM, PRM, NormalCell, ReductionCell, TokenPerformer
+from lect_mm.blocks import (PCM, PRM, LeMSA, MultiheadSelfAttention,
+                            NormalCell, ReductionCell, TokenPerformer)
 
 BLOCKS = {
     'PRM': (dict(type='PRM', in_channels=3, embed_dims=4, kernel_size=7,
@@ -142,3 +143,32 @@ def test_normal_cell_formula():
     cls_cell = NormalCell(16, 2, 32, groups=4, num_extra_tokens=1).eval()
     out = cls_cell(torch.randn(2, 13, 16), (3, 4))
     assert out.shape == (2, 13, 16)
+
+
+def test_normal_cell_default_attention():
+    cell = NormalCell(16, 2, 32, groups=4, qkv_bias=False, impl='literal')
+    assert type(cell.attn) is MultiheadSelfAttention
+    assert cell.attn.num_heads == 2 and cell.attn.impl == 'literal'
+    assert cell.attn.qkv.bias is None
+
+
+def test_normal_cell_attention_swap_to_lemsa():
+    # ViTAE's normal cells have no class token, so the tokens are the
+    # (H, W) grid of the stage and a grid attention such as LeMSA fits.
+    torch.manual_seed(0)
+    cell = MODELS.build(
+        dict(
+            type='NormalCell',
+            embed_dims=16,
+            num_heads=2,
+            feedforward_channels=32,
+            groups=4,
+            attn_cfg=dict(type='LeMSA', sr_ratio=2)))
+    assert type(cell.attn) is LeMSA
+    assert cell.attn.num_heads == 2 and cell.attn.sr_ratio == 2
+    x = torch.randn(2, 5 * 6, 16, requires_grad=True)
+    out = cell(x, (5, 6))
+    assert out.shape == (2, 30, 16)
+    out.square().mean().backward()
+    assert x.grad is not None
+    assert all(p.grad is not None for p in cell.attn.parameters())

@@ -54,6 +54,12 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
         attn_drop_rate (float): Attention-map dropout. Defaults to 0.1.
         drop_path_rate (float): Stochastic depth, linear from 0.
             Defaults to 0.1.
+        attn_cfg (dict): Attention of every encoder layer, built with the
+            layer's ``embed_dims``, ``num_heads``, ``qkv_bias`` and dropouts
+            filled in where accepted (see
+            :class:`~lect_mm.blocks.CCTEncoderLayer`); it gets the token
+            grid, so e.g. ``dict(type='LeMSA', sr_ratio=2)`` works.
+            Defaults to ``dict(type='MultiheadSelfAttention')``.
         norm_cfg (dict): Token norm. Defaults to ``dict(type='LN')``.
         act_cfg (dict): MLP activation. Defaults to ``dict(type='GELU')``.
         out_type (str): ``'pooled'``: the SeqPool feature (B, C) of the
@@ -105,6 +111,7 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
                  drop_rate: float = 0.,
                  attn_drop_rate: float = 0.1,
                  drop_path_rate: float = 0.1,
+                 attn_cfg: dict = dict(type='MultiheadSelfAttention'),
                  norm_cfg: dict = dict(type='LN'),
                  act_cfg: dict = dict(type='GELU'),
                  out_type: str = 'pooled',
@@ -178,6 +185,7 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
                 drop_rate=drop_rate,
                 attn_drop_rate=attn_drop_rate,
                 drop_path_rate=dpr[i],
+                attn_cfg=attn_cfg,
                 norm_cfg=norm_cfg,
                 act_cfg=act_cfg) for i in range(self.num_layers)
         ])

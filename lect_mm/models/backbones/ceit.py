@@ -59,6 +59,14 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
         attn_drop_rate (float): Attention-map dropout. Defaults to 0.
         drop_path_rate (float): Stochastic depth, linear from 0 over the
             blocks (not the LCA). Defaults to 0.1.
+        attn_cfg (dict): Attention of every block (not of the LCA), built
+            with the block's ``embed_dims``, ``num_heads``, ``qkv_bias`` and
+            dropouts filled in where accepted (see
+            :class:`~lect_mm.blocks.CeiTBlock`). With ``pooling='lca'`` it
+            also sees the class token, so it must not need the (H, W) grid;
+            a grid attention such as
+            ``dict(type='LeMSA', sr_ratio=2)`` needs ``pooling='gap'``.
+            Defaults to ``dict(type='MultiheadSelfAttention')``.
         norm_cfg (dict): Token norm. Defaults to
             ``dict(type='LN', eps=1e-6)``.
         conv_norm_cfg (dict): Norm of the stem and the LeFF. Defaults to
@@ -110,6 +118,7 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
                  drop_rate: float = 0.,
                  attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0.1,
+                 attn_cfg: dict = dict(type='MultiheadSelfAttention'),
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  conv_norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
@@ -184,6 +193,7 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
                 attn_drop_rate=attn_drop_rate,
                 drop_path_rate=dpr[i],
                 kernel_size=leff_kernel_size,
+                attn_cfg=attn_cfg,
                 norm_cfg=norm_cfg,
                 ffn_norm_cfg=conv_norm_cfg,
                 act_cfg=act_cfg) for i in range(self.num_layers)

@@ -7,7 +7,6 @@ can swap the attention, the FFN, the patch embedding or an upsampler without
 code changes.
 """
 import copy
-import inspect
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -19,22 +18,8 @@ from mmengine.model import BaseModule, ModuleList
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
+from lect_mm.blocks.utils import accepted_args, set_defaults
 from lect_mm.models.utils import FreezeNormEvalMixin
-
-
-def _accepted_args(type_) -> Optional[set]:
-    """Names accepted by the ``__init__`` of a registered type.
-
-    Returns None when the class takes ``**kwargs`` (it accepts anything).
-    """
-    cls = MODELS.get(type_) if isinstance(type_, str) else type_
-    if cls is None:
-        raise KeyError(f'{type_!r} is not in the mmpretrain::model registry; '
-                       'did you import lect_mm (custom_imports)?')
-    params = inspect.signature(cls.__init__).parameters
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return None
-    return set(params) - {'self'}
 
 
 def merge_cfg(base: dict, override: Optional[dict]) -> dict:
@@ -60,7 +45,7 @@ def merge_cfg(base: dict, override: Optional[dict]) -> dict:
     merged = copy.deepcopy(dict(base))
     new_type = override.get('type')
     if new_type is not None and new_type != merged.get('type'):
-        accepted = _accepted_args(new_type)
+        accepted = accepted_args(new_type)
         if accepted is not None:
             merged = {k: v for k, v in merged.items() if k in accepted}
     for key, value in override.items():
@@ -69,15 +54,6 @@ def merge_cfg(base: dict, override: Optional[dict]) -> dict:
         else:
             merged[key] = value
     return merged
-
-
-def _set_defaults(cfg: dict, **defaults) -> dict:
-    """Fill ``defaults`` into ``cfg`` where unset and accepted by its type."""
-    accepted = _accepted_args(cfg['type'])
-    for key, value in defaults.items():
-        if accepted is None or key in accepted:
-            cfg.setdefault(key, value)
-    return cfg
 
 
 def _per_stage(cfg: Union[dict, Sequence[dict], None], num_stages: int,
@@ -295,15 +271,16 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                          kernel_size=kernel, stride=stride)
 
             attn = merge_cfg(arch['attn_cfgs'][i], attn_cfgs[i])
-            _set_defaults(attn, num_heads=arch['num_heads'][i],
-                          attn_drop=attn_drop_rate, proj_drop=drop_rate)
+            attn = set_defaults(
+                attn, num_heads=arch['num_heads'][i],
+                attn_drop=attn_drop_rate, proj_drop=drop_rate)
             if self._bind_resolution(attn, size):
                 self.fixed_input_size = self.img_size
                 self._bound_by = attn['query_upsampler']['type']
             ffn = merge_cfg(
                 dict(type='LeFFN', ffn_ratio=arch['ffn_ratios'][i]),
                 ffn_cfgs[i])
-            _set_defaults(ffn, ffn_drop=drop_rate)
+            ffn = set_defaults(ffn, ffn_drop=drop_rate)
 
             blocks = [
                 dict(type='LeCTBlock', embed_dims=dims,
@@ -378,7 +355,7 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         upsampler = attn.get('query_upsampler')
         if not isinstance(upsampler, dict) or 'type' not in upsampler:
             return False
-        accepted = _accepted_args(upsampler['type'])
+        accepted = accepted_args(upsampler['type'])
         if accepted is None or 'in_size' not in accepted:
             return False
         sr_ratio = attn.get('sr_ratio')

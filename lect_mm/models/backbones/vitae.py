@@ -58,6 +58,13 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
             Defaults to 0.
         performer_drop (float): Performer dropouts in the reduction cells
             (fixed 0.1 in the reference). Defaults to 0.1.
+        attn_cfg (dict): Attention of every normal cell, built with the
+            cell's ``embed_dims``, ``num_heads``, ``qkv_bias`` and dropouts
+            filled in where accepted (see
+            :class:`~lect_mm.blocks.NormalCell`), e.g.
+            ``dict(type='LeMSA', sr_ratio=2)``. The reduction cells keep
+            their Performer. Defaults to
+            ``dict(type='MultiheadSelfAttention')``.
         norm_cfg (dict): Normal-cell norm. Defaults to
             ``dict(type='LN', eps=1e-6)``.
         rc_norm_cfg (dict): Reduction-cell norm (the reference uses the
@@ -116,6 +123,7 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                  attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0.,
                  performer_drop: float = 0.1,
+                 attn_cfg: dict = dict(type='MultiheadSelfAttention'),
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  rc_norm_cfg: dict = dict(type='LN', eps=1e-5),
                  conv_norm_cfg: dict = dict(type='BN'),
@@ -173,6 +181,7 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                     attn_drop_rate=attn_drop_rate,
                     drop_path_rate=dpr[start + j],
                     groups=a['nc_groups'][i],
+                    attn_cfg=attn_cfg,
                     norm_cfg=norm_cfg,
                     conv_norm_cfg=conv_norm_cfg,
                     act_cfg=act_cfg,

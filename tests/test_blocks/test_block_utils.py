@@ -1,0 +1,34 @@
+"""Config helpers of lect_mm.blocks.utils (used by the blocks and LeCT)."""
+import pytest
+
+import lect_mm  # noqa: F401
+from lect_mm.blocks import CeiTLeFF, MultiheadSelfAttention
+from lect_mm.blocks.utils import accepted_args, set_defaults
+
+
+def test_accepted_args():
+    names = accepted_args('MultiheadSelfAttention')
+    assert {'embed_dims', 'num_heads', 'impl', 'init_cfg'} <= names
+    assert 'self' not in names and 'sr_ratio' not in names
+    assert accepted_args(MultiheadSelfAttention) == names
+    assert accepted_args(CeiTLeFF) is None  # takes **kwargs
+    with pytest.raises(KeyError, match="'NoSuchBlock' is not in the"):
+        accepted_args('NoSuchBlock')
+
+
+def test_set_defaults_fills_only_unset_accepted_keys():
+    cfg = dict(type='LeMSA', sr_ratio=2, impl='literal',
+               query_upsampler=dict(type='ResizeUpsampler'))
+    out = set_defaults(cfg, num_heads=4, impl='fused', h_ratio=0.5)
+    assert out == dict(type='LeMSA', sr_ratio=2, impl='literal',
+                       num_heads=4,
+                       query_upsampler=dict(type='ResizeUpsampler'))
+    # The input (and its nested dicts) is left as it was.
+    assert cfg == dict(type='LeMSA', sr_ratio=2, impl='literal',
+                       query_upsampler=dict(type='ResizeUpsampler'))
+    assert out['query_upsampler'] is not cfg['query_upsampler']
+    # A **kwargs type takes every default.
+    assert set_defaults(dict(type='CeiTLeFF'), ffn_drop=0.1) == dict(
+        type='CeiTLeFF', ffn_drop=0.1)
+    with pytest.raises(KeyError, match='names no "type"'):
+        set_defaults(dict(num_heads=2), impl='fused')

@@ -20,7 +20,8 @@ setup(
     'LeViT) for OpenMMLab / mmpretrain',
     long_description=readme(),
     long_description_content_type='text/markdown',
-    packages=find_packages(exclude=('configs', 'tools', 'tests', 'benchmarks')),
+    packages=find_packages(
+        exclude=('configs', 'tools', 'tests', 'benchmarks')),
     python_requires='>=3.8',
     # Ranges, not pins: a user with their own torch or the full ``mmcv``
     # keeps it. ``mmcv`` itself is not listed because either ``mmcv-lite``

@@ -1,4 +1,4 @@
-"""Silence the deprecation chatter of mmcv-lite / mmengine that users cannot act on.
+"""Silence mmcv-lite / mmengine deprecation chatter users cannot act on.
 
 Only messages whose text is known are filtered; anything else still shows.
 """

@@ -468,4 +468,3 @@ class NormalCell(BaseModule):
                               dim=1)
         x = x + self.drop_path(self.attn(self.norm1(x), hw_shape)) + local
         return self.ffn(self.norm2(x), identity=x)
-

@@ -130,7 +130,7 @@ def test_data_pipeline_loader_only(bench):
     text = '\n'.join(report.parts)
     assert '### Data loader alone, 32 32×32 images' in text
     rows = [line for line in text.splitlines()
-            if line.startswith('| CPU pipeline') or line.startswith('| device')]
+            if line.startswith(('| CPU pipeline', '| device'))]
     assert len(rows) == 2
     assert all(len(r.strip('|').split('|')) == 3 for r in rows)
 

@@ -53,7 +53,9 @@ def test_all_leaf_configs_are_collected():
 
 
 @pytest.mark.parametrize(
-    'path', LEAF_CONFIGS, ids=lambda p: p.relative_to(REPO / 'configs').as_posix())
+    'path',
+    LEAF_CONFIGS,
+    ids=lambda p: p.relative_to(REPO / 'configs').as_posix())
 def test_config_trains_one_iteration_and_validates(path):
     torch.manual_seed(0)
     cfg = Config.fromfile(str(path))

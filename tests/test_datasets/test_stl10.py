@@ -161,7 +161,7 @@ def test_labels_out_of_range(tmp_path, make_stl10, bad):
 def _make_archive(tmp_path, make_stl10):
     src = tmp_path / 'src'
     make_stl10(str(src), {'train': 2, 'test': 1},
-                class_names=[f'n{i}' for i in range(10)])
+               class_names=[f'n{i}' for i in range(10)])
     archive = tmp_path / 'stl10_binary.tar.gz'
     with tarfile.open(archive, 'w:gz') as tar:
         tar.add(src / 'stl10_binary', arcname='stl10_binary')
@@ -210,7 +210,7 @@ def test_download_good_checksum_extracts(tmp_path, monkeypatch,
 
 
 def test_download_bad_checksum_extracts_nothing(tmp_path, monkeypatch,
-                                               fake_download):
+                                                fake_download):
     _, calls = fake_download
     monkeypatch.setattr(STL10, 'tgz_md5', '0' * 32)
     root = tmp_path / 'data'

@@ -187,8 +187,8 @@ def record_attention(model: nn.Module, inputs: torch.Tensor):
     parents: Dict[str, List[str]] = {}
     for name in modules:
         parts = name.split('.')
-        parents[name] = ['.'.join(parts[:i]) for i in range(len(parts) - 1,
-                                                               -1, -1)]
+        parents[name] = [
+            '.'.join(parts[:i]) for i in range(len(parts) - 1, -1, -1)]
     module_by_name = dict(model.named_modules())
     last_hw: Dict[str, Tuple[int, int]] = {}
     records: List[dict] = []

@@ -1,8 +1,8 @@
-# STL-10 (96×96) as in ./stl10.py, but the resize to 224 runs on the device, batched,
-# after normalisation (ResizeClsDataPreprocessor, bilinear, align_corners
-# False) instead of in the CPU workers: the workers then augment, collate and
-# transfer the small images only. Same images up to the CPU path's rounding
-# to uint8 (see tests/test_models/test_data_preprocessor.py).
+# STL-10 (96×96) as in ./stl10.py, but the resize to 224 runs on the device,
+# batched, after normalisation (ResizeClsDataPreprocessor, bilinear,
+# align_corners False) instead of in the CPU workers: the workers then augment,
+# collate and transfer the small images only. Same images up to the CPU path's
+# rounding to uint8 (see tests/test_models/test_data_preprocessor.py).
 _base_ = ['./stl10.py']
 
 train_pipeline = [t for t in _base_.train_pipeline if t['type'] != 'Resize']

@@ -3,9 +3,38 @@
 A backbone file does not import another backbone file; what several of them
 repeat lives here instead.
 """
-from typing import List, Sequence, Union
+import copy
+from typing import Iterable, List, Mapping, Sequence, Union
 
 from torch.nn.modules.batchnorm import _BatchNorm
+
+
+def parse_arch(arch: Union[str, dict], arch_zoo: Mapping[str, dict],
+               essential_keys: Iterable[str]) -> dict:
+    """Look an arch name up in ``arch_zoo``, or check a custom arch dict.
+
+    Args:
+        arch (str | dict): A key of ``arch_zoo`` or a full arch dict.
+        arch_zoo (Mapping[str, dict]): The backbone's variants.
+        essential_keys (Iterable[str]): Keys a custom dict must have.
+
+    Returns:
+        dict: A deep copy of the arch settings, safe to modify.
+    """
+    if isinstance(arch, str):
+        if arch not in arch_zoo:
+            raise ValueError(f'Unavailable arch {arch!r}, choose from '
+                             f'{sorted(arch_zoo)} or pass a dict.')
+        return copy.deepcopy(dict(arch_zoo[arch]))
+    if not isinstance(arch, dict):
+        raise TypeError('arch must be a str or a dict, got '
+                        f'{type(arch).__name__}.')
+    essential_keys = list(essential_keys)
+    missing = [k for k in essential_keys if k not in arch]
+    if missing:
+        raise ValueError(f'Custom arch needs the keys {essential_keys}; '
+                         f'missing {missing}.')
+    return copy.deepcopy(dict(arch))
 
 
 def parse_out_indices(out_indices: Union[int, Sequence[int]],

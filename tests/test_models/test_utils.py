@@ -1,8 +1,9 @@
-"""parse_out_indices and FreezeNormEvalMixin, shared by the backbones."""
+"""Helpers shared by the backbones: parse_arch, parse_out_indices, mixin."""
 import pytest
 import torch.nn as nn
 
-from lect_mm.models.utils import FreezeNormEvalMixin, parse_out_indices
+from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
+                                  parse_out_indices)
 
 
 def test_parse_out_indices():
@@ -38,3 +39,18 @@ def test_freeze_norm_eval_mixin(norm_eval):
     assert net.head[1].training is not norm_eval
     net.eval()
     assert not any(m.training for m in net.modules())
+
+
+def test_parse_arch_copies_and_checks():
+    zoo = {'a': dict(depths=[1, 2], nested=dict(x=1))}
+    got = parse_arch('a', zoo, ['depths'])
+    got['nested']['x'] = 2
+    assert zoo['a']['nested']['x'] == 1  # a deep copy: the zoo is untouched
+    assert parse_arch(dict(depths=[3]), zoo, ['depths']) == dict(depths=[3])
+    with pytest.raises(ValueError, match=r"Unavailable arch 'b', choose "
+                       r"from \['a'\]"):
+        parse_arch('b', zoo, ['depths'])
+    with pytest.raises(ValueError, match=r"missing \['widths'\]"):
+        parse_arch(dict(depths=[3]), zoo, ['depths', 'widths'])
+    with pytest.raises(TypeError, match='arch must be a str or a dict'):
+        parse_arch(3, zoo, ['depths'])

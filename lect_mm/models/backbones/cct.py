@@ -11,7 +11,8 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
-from lect_mm.models.utils import FreezeNormEvalMixin, parse_out_indices
+from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
+                                  parse_out_indices)
 
 
 def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
@@ -126,7 +127,8 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
                           bias=0.)
                  ]):  # yapf: disable
         super().__init__(init_cfg=init_cfg)
-        self.arch_settings = a = self._parse_arch(arch)
+        self.arch_settings = a = parse_arch(arch, self.arch_zoo,
+                                            self.ESSENTIAL_KEYS)
         self.embed_dims = a['embed_dims']
         self.num_layers = a['num_layers']
         if positional_embedding not in self.POS_EMBEDS:
@@ -195,21 +197,6 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
             self.embed_dims) if out_type == 'pooled' else None
 
         self._freeze_stages()
-
-    def _parse_arch(self, arch: Union[str, dict]) -> dict:
-        if isinstance(arch, str):
-            if arch not in self.arch_zoo:
-                raise ValueError(f'Unavailable arch {arch!r}, choose from '
-                                 f'{sorted(self.arch_zoo)} or pass a dict.')
-            return dict(self.arch_zoo[arch])
-        if not isinstance(arch, dict):
-            raise TypeError(f'arch must be a str or a dict, got {type(arch)}')
-        missing = set(self.ESSENTIAL_KEYS) - set(arch)
-        if missing:
-            raise ValueError(
-                f'Custom arch needs the keys {list(self.ESSENTIAL_KEYS)}; '
-                f'missing {sorted(missing)}')
-        return dict(arch)
 
     def init_weights(self):
         super().init_weights()

@@ -12,7 +12,8 @@ from mmpretrain.models.utils import resize_pos_embed
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
-from lect_mm.models.utils import FreezeNormEvalMixin, parse_out_indices
+from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
+                                  parse_out_indices)
 
 
 @MODELS.register_module()
@@ -223,27 +224,17 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
         self._freeze_stages()
 
     def _parse_arch(self, arch: Union[str, dict]) -> dict:
-        if isinstance(arch, str):
-            if arch not in self.arch_zoo:
-                raise ValueError(f'Unavailable arch {arch!r}, choose from '
-                                 f'{sorted(self.arch_zoo)} or pass a dict.')
-            return dict(self.arch_zoo[arch])
-        if not isinstance(arch, dict):
-            raise TypeError(f'arch must be a str or a dict, got {type(arch)}')
-        essential = {
+        essential = [
             'i2t_channels', 'embed_dims', 'num_layers', 'num_heads',
             'mlp_ratio', 'pooling'
-        }
-        if arch.get('pooling') == 'lca':
-            essential.add('lca_mlp_ratio')
-        missing = essential - set(arch)
-        if missing:
-            raise ValueError(f'Custom arch needs the keys {sorted(essential)}'
-                             f'; missing {sorted(missing)}')
+        ]
+        if isinstance(arch, dict) and arch.get('pooling') == 'lca':
+            essential.append('lca_mlp_ratio')
+        arch = parse_arch(arch, self.arch_zoo, essential)
         if arch['pooling'] not in self.POOLINGS:
             raise ValueError(f"arch['pooling'] must be one of "
                              f"{list(self.POOLINGS)}, got {arch['pooling']!r}")
-        return dict(arch)
+        return arch
 
     def init_weights(self):
         super().init_weights()

@@ -19,7 +19,7 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import accepted_args, set_defaults
-from lect_mm.models.utils import FreezeNormEvalMixin
+from lect_mm.models.utils import FreezeNormEvalMixin, parse_arch
 
 
 def merge_cfg(base: dict, override: Optional[dict]) -> dict:
@@ -298,19 +298,7 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
 
     @classmethod
     def _parse_arch(cls, arch: Union[str, dict]) -> dict:
-        if isinstance(arch, str):
-            if arch not in cls.arch_zoo:
-                raise ValueError(f'Unavailable arch {arch!r}, choose from '
-                                 f'{sorted(cls.arch_zoo)} or pass a dict.')
-            arch = cls.arch_zoo[arch]
-        if not isinstance(arch, dict):
-            raise TypeError('arch must be a str or a dict, got '
-                            f'{type(arch).__name__}.')
-        missing = [k for k in cls.essential_keys if k not in arch]
-        if missing:
-            raise ValueError(f'Custom arch needs the keys '
-                             f'{list(cls.essential_keys)}; missing {missing}.')
-        arch = copy.deepcopy(dict(arch))
+        arch = parse_arch(arch, cls.arch_zoo, cls.essential_keys)
         num_stages = len(arch['embed_dims'])
         arch.setdefault('patch_sizes', [7] + [3] * (num_stages - 1))
         arch.setdefault('strides', [4] + [2] * (num_stages - 1))

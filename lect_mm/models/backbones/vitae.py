@@ -9,7 +9,8 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
-from lect_mm.models.utils import FreezeNormEvalMixin, parse_out_indices
+from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
+                                  parse_out_indices)
 
 
 class _ViTAEStage(nn.Module):
@@ -195,23 +196,12 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
         self._freeze_stages()
 
     def _parse_arch(self, arch: Union[str, dict]) -> dict:
-        if isinstance(arch, str):
-            if arch not in self.arch_zoo:
-                raise ValueError(f'Unavailable arch {arch!r}, choose from '
-                                 f'{sorted(self.arch_zoo)} or pass a dict.')
-            return dict(self.arch_zoo[arch])
-        if not isinstance(arch, dict):
-            raise TypeError(f'arch must be a str or a dict, got {type(arch)}')
-        missing = set(self.ESSENTIAL_KEYS) - set(arch)
-        if missing:
-            raise ValueError(
-                f'Custom arch needs the keys {list(self.ESSENTIAL_KEYS)}; '
-                f'missing {sorted(missing)}')
+        arch = parse_arch(arch, self.arch_zoo, self.ESSENTIAL_KEYS)
         lengths = {k: len(arch[k]) for k in self.PER_STAGE_KEYS}
         if len(set(lengths.values())) != 1:
             raise ValueError('Per-stage arch lists must have equal lengths, '
                              f'got {lengths}')
-        return dict(arch)
+        return arch
 
     def _freeze_stages(self):
         for i in range(max(self.frozen_stages, 0)):

@@ -17,7 +17,7 @@ from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
-from .utils import set_defaults
+from .utils import build_attention
 
 
 def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
@@ -193,15 +193,9 @@ class CCTEncoderLayer(BaseModule):
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.pre_norm = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = MODELS.build(
-            set_defaults(
-                attn_cfg,
-                num_heads=num_heads,
-                qkv_bias=qkv_bias,
-                attn_drop=attn_drop_rate,
-                proj_drop=drop_rate,
-                impl=impl),
-            default_args=dict(embed_dims=embed_dims))
+        self.attn = build_attention(attn_cfg, embed_dims, num_heads,
+                                    qkv_bias, attn_drop_rate, drop_rate,
+                                    impl)
         self.drop_path = DropPath(drop_path_rate)
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.ffn = FFN(

@@ -19,7 +19,7 @@ from mmpretrain.registry import MODELS
 
 from .attention import MultiheadSelfAttention
 from .ffn import LeFFN
-from .utils import set_defaults
+from .utils import build_attention
 
 
 @MODELS.register_module()
@@ -178,15 +178,9 @@ class CeiTBlock(BaseModule):
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = MODELS.build(
-            set_defaults(
-                attn_cfg,
-                num_heads=num_heads,
-                qkv_bias=qkv_bias,
-                attn_drop=attn_drop_rate,
-                proj_drop=drop_rate,
-                impl=impl),
-            default_args=dict(embed_dims=embed_dims))
+        self.attn = build_attention(attn_cfg, embed_dims, num_heads,
+                                    qkv_bias, attn_drop_rate, drop_rate,
+                                    impl)
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.leff = CeiTLeFF(
             embed_dims,

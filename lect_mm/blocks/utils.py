@@ -10,6 +10,8 @@ import copy
 import inspect
 from typing import Optional
 
+import torch.nn as nn
+
 from mmpretrain.registry import MODELS
 
 
@@ -54,3 +56,35 @@ def set_defaults(cfg: dict, **defaults) -> dict:
         if accepted is None or key in accepted:
             cfg.setdefault(key, value)
     return cfg
+
+
+def build_attention(attn_cfg: dict, embed_dims: int, num_heads: int,
+                    qkv_bias: bool, attn_drop: float, proj_drop: float,
+                    impl: str) -> nn.Module:
+    """Build a token block's attention from ``attn_cfg`` via the registry.
+
+    The block's own arguments fill the config where it leaves them unset and
+    the attention type accepts them (see :func:`set_defaults`).
+
+    Args:
+        attn_cfg (dict): Attention config, e.g.
+            ``dict(type='MultiheadSelfAttention')`` or
+            ``dict(type='LeMSA', sr_ratio=2)``.
+        embed_dims (int): Token channels.
+        num_heads (int): Attention heads.
+        qkv_bias (bool): Bias of the q/k/v projections.
+        attn_drop (float): Dropout of the attention weights.
+        proj_drop (float): Dropout after the output projection.
+        impl (str): ``'fused'`` or ``'literal'`` where the type has both.
+
+    Returns:
+        nn.Module: The built attention.
+    """
+    cfg = set_defaults(
+        attn_cfg,
+        num_heads=num_heads,
+        qkv_bias=qkv_bias,
+        attn_drop=attn_drop,
+        proj_drop=proj_drop,
+        impl=impl)
+    return MODELS.build(cfg, default_args=dict(embed_dims=embed_dims))

@@ -18,7 +18,7 @@ from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule, Sequential
 from mmpretrain.registry import MODELS
 
-from .utils import set_defaults
+from .utils import build_attention
 
 RC_TOKEN_TYPES = ('performer', 'performer_less')
 
@@ -431,15 +431,9 @@ class NormalCell(BaseModule):
         super().__init__(init_cfg=init_cfg)
         self.num_extra_tokens = num_extra_tokens
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.attn = MODELS.build(
-            set_defaults(
-                attn_cfg,
-                num_heads=num_heads,
-                qkv_bias=qkv_bias,
-                attn_drop=attn_drop_rate,
-                proj_drop=drop_rate,
-                impl=impl),
-            default_args=dict(embed_dims=embed_dims))
+        self.attn = build_attention(attn_cfg, embed_dims, num_heads,
+                                    qkv_bias, attn_drop_rate, drop_rate,
+                                    impl)
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.ffn = FFN(
             embed_dims=embed_dims,

@@ -151,6 +151,20 @@ def upsampled_key_attention(q: torch.Tensor,
     return out, attn_map
 
 
+def heads_to_map(x: torch.Tensor, h: int) -> torch.Tensor:
+    """Re-assemble heads ``(B, m, h*w, d)`` into a ``(B, m*d, h, w)`` map.
+
+    Head-major channels (channel ``c`` is head ``c // d``). The map is a
+    view of ``(B, h*w, m*d)`` tokens, i.e. ``channels_last`` strides, the
+    layout of every other map in the layer: the resize and depthwise conv
+    that follow then keep it (a channels-first map here sends the query
+    upsampler, its norm and the skip addition through slow layout
+    conversions; about 3x slower on CPU at stage 1).
+    """
+    tokens = rearrange(x, 'b m n d -> b n (m d)')
+    return rearrange(tokens, 'b (h w) c -> b c h w', h=h)
+
+
 def _conv_bn(channels: int, kernel_size: int, bias: bool,
              norm_cfg: dict) -> nn.Sequential:
     """Depthwise conv + norm, keys ``0.*`` / ``1.*`` as in the reference."""
@@ -315,9 +329,8 @@ class LeMSA(BaseModule):
         if self.return_attn_map:
             self.attn_map = attn_map
 
-        out = rearrange(
-            out, 'b m (h w) d -> b (m d) h w', h=q_map.shape[-2])
-        out = self.query_upsampler(out, (H, W))
+        out = self.query_upsampler(
+            heads_to_map(out, q_map.shape[-2]), (H, W))
         if self.conv_skip:
             out = out + self.act(b)
         out = rearrange(out, 'b c h w -> b (h w) c')
@@ -491,9 +504,8 @@ class LeMSAv2(BaseModule):
         if self.return_attn_map:
             self.attn_map = attn_map
 
-        out = rearrange(
-            out, 'b m (h w) d -> b (m d) h w', h=q_map.shape[-2])
-        low = self.query_upsampler(out, (H, W))
+        low = self.query_upsampler(
+            heads_to_map(out, q_map.shape[-2]), (H, W))
         out = rearrange(
             torch.cat([high, low], dim=1), 'b c h w -> b (h w) c')
         return self.proj_drop(self.proj(out))

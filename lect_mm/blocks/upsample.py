@@ -234,9 +234,11 @@ class SVConvTransposeUpsampler(BaseModule):
         y = self.reduce(x)
         y = rearrange(y, 'b c h w -> b (c h w) 1 1')
         y = self.deconv(y)
+        # Tokens first, then a channels_last view of them: the 1x1 expand
+        # conv keeps that layout, the one LeMSA's skip and proj use.
         y = rearrange(
-            y, 'b (c h w) kh kw -> b c (h kh) (w kw)', h=h, w=w)
-        return self.expand(y)
+            y, 'b (c h w) kh kw -> b (h kh) (w kw) c', h=h, w=w)
+        return self.expand(rearrange(y, 'b h w c -> b c h w'))
 
     def extra_repr(self) -> str:
         return (f'in_size={self.in_size}, scale_factor={self.scale_factor}, '

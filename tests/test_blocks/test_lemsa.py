@@ -410,3 +410,41 @@ def test_hw_shape_must_match_tokens():
         LeMSA(8, 2, sr_ratio=2)(torch.randn(1, 24, 8), (5, 5))
     with pytest.raises(ValueError, match='hw_shape'):
         LeMSAv2(8, 2, 2, 0.5)(torch.randn(1, 24, 8), (5, 5))
+
+
+@pytest.mark.parametrize('impl', ['fused', 'literal'])
+@pytest.mark.parametrize('variant', ['v1', 'v2', 'v3'])
+def test_maps_stay_in_token_layout(impl, variant):
+    # Every map in the layer is a channels_last view of (B, N, C) tokens, so
+    # no layout conversion happens between token and map form: the query
+    # upsampler gets such a map from either attention path, returns one, and
+    # the output tokens are a view of it (3x slower on CPU otherwise).
+    hw, c = (8, 8), 16
+    if variant == 'v2':
+        layer = LeMSAv2(c, 2, sr_ratio=4, h_ratio=0.5, impl=impl)
+    else:
+        upsampler = dict(type='SVConvTransposeUpsampler', cr_ratio=0.25,
+                         in_size=2) \
+            if variant == 'v3' else dict(type='ResizeDWConvUpsampler')
+        layer = LeMSA(c, 2, sr_ratio=4, impl=impl,
+                      query_upsampler=upsampler)
+    seen = {}
+
+    def hook(module, args, output):
+        seen['in'], seen['out'] = args[0], output
+
+    layer.query_upsampler.register_forward_hook(hook)
+    layer(torch.randn(2, 64, c), hw)
+    for name in ('in', 'out'):
+        assert seen[name].is_contiguous(
+            memory_format=torch.channels_last), (name, seen[name].stride())
+
+
+def test_heads_to_map_is_head_major_token_view():
+    from lect_mm.blocks.lemsa import heads_to_map
+    x = torch.randn(2, 3, 6, 4)  # (B, m, h*w, d), grid 2 x 3
+    out = heads_to_map(x, 2)
+    assert out.shape == (2, 12, 2, 3)
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    ref = x.permute(0, 1, 3, 2).reshape(2, 12, 2, 3)  # channel = m * d + j
+    assert torch.equal(out, ref)

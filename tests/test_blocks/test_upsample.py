@@ -127,3 +127,11 @@ def test_sv_argument_errors():
         SVConvTransposeUpsampler(32, in_size=(4, 0), scale_factor=2)
     with pytest.raises(ValueError, match='scale_factor'):
         SVConvTransposeUpsampler(32, in_size=4, scale_factor=1.5)
+
+
+def test_sv_output_is_channels_last_token_view():
+    # The expand conv writes channels_last, the layout of LeMSA's tokens, so
+    # the skip addition and the token view that follow need no copy.
+    up = SVConvTransposeUpsampler(20, in_size=(2, 3), scale_factor=4)
+    y = up(torch.randn(2, 20, 2, 3), (8, 12))
+    assert y.is_contiguous(memory_format=torch.channels_last)

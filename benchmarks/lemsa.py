@@ -7,6 +7,13 @@ gradients), in fp32 and under bf16 autocast. ``warmup`` untimed calls, then
 ``repeats`` timed ones; the tables give the median and the inter-quartile
 range in milliseconds, and the peak memory of one call.
 
+Two scopes (``--scopes``): ``layer`` is the whole LeMSA layer (projections,
+depthwise convs, norms, pooling, query upsampler, skip: everything the
+model runs); ``core`` is only the part in which the two paths differ,
+:func:`lect_mm.blocks.lemsa.upsampled_key_attention` (key-axis resize,
+logits, softmax, ``A·V``), on pooled queries/keys and values laid out as
+the layer lays them out (channels_last maps, a view of the value tokens).
+
 Peak memory is the same quantity on both devices: the largest amount of
 tensor memory allocated during the call on top of what was live before it
 (weights and input excluded). CUDA: ``torch.cuda.max_memory_allocated`` minus
@@ -33,7 +40,9 @@ import torch
 from _common import (Report, add_common_args, autocast, fmt_bytes,
                      machine_header, markdown_table, measure, setup,
                      synchronize)
+from einops import rearrange
 from lect_mm.blocks import LeMSA
+from lect_mm.blocks.lemsa import _pool, upsampled_key_attention
 
 # LeCT v1 stages (SPEC §6): (embed_dims, num_heads, sr_ratio K, stride from
 # the input image).
@@ -44,6 +53,11 @@ STAGES = {
 }
 IMPLS = ('fused', 'literal')
 PASSES = ('fwd', 'fwd+bwd')
+SCOPES = {
+    'layer': 'whole LeMSA layer',
+    'core': 'attention core only (key-axis resize, logits, softmax, A·V: '
+    'the part in which the paths differ)',
+}
 
 MEMORY_NOTE = {
     'cuda': 'peak memory = torch.cuda.max_memory_allocated during one call '
@@ -70,6 +84,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         choices=PASSES)
     parser.add_argument('--precisions', nargs='+', default=['fp32', 'bf16'],
                         choices=['fp32', 'bf16'])
+    parser.add_argument('--scopes', nargs='+', default=list(SCOPES),
+                        choices=list(SCOPES),
+                        help='what is timed: the whole layer and/or the '
+                        'attention core (default both)')
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument('--repeats', type=int, default=10)
     args = parser.parse_args(argv)
@@ -117,9 +135,55 @@ def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
     return peak
 
 
+def make_core_call(impl: str, stage: dict, hw: Tuple[int, int], args,
+                   device: torch.device, precision: str,
+                   pass_: str) -> Callable[[], None]:
+    """The attention core on inputs laid out as LeMSA lays them out."""
+    c, m, k = stage['embed_dims'], stage['num_heads'], stage['sr_ratio']
+    n = hw[0] * hw[1]
+
+    def pooled_map():  # channels_last map, as pooling the layer's maps gives
+        tokens = torch.randn(args.batch_size, n, c, device=device)
+        return _pool(rearrange(tokens, 'b (h w) c -> b c h w', h=hw[0]), k,
+                     None, 'avg')
+
+    q_map, k_map = pooled_map(), pooled_map()
+    v_tokens = torch.randn(args.batch_size, n, c, device=device)
+    train = pass_ == 'fwd+bwd'
+    dropout = torch.nn.Dropout(0.).train(train)
+    leaves = (q_map, k_map, v_tokens)
+    for t in leaves:
+        t.requires_grad_(train)
+    amp = precision == 'bf16'
+
+    def core():
+        q = rearrange(q_map, 'b (m d) h w -> b m (h w) d', m=m)
+        v = rearrange(v_tokens, 'b n (m d) -> b m n d', m=m)
+        out, _ = upsampled_key_attention(q, k_map, v, hw, 'bilinear',
+                                         c**-0.5, dropout, impl)
+        return out
+
+    if not train:
+        def call():
+            with torch.no_grad(), autocast(device, amp):
+                core()
+        return call
+
+    def call():
+        for t in leaves:
+            t.grad = None
+        with autocast(device, amp):
+            out = core()
+        out.float().sum().backward()
+    return call
+
+
 def make_call(impl: str, stage: dict, hw: Tuple[int, int], args,
-              device: torch.device, precision: str,
-              pass_: str) -> Callable[[], None]:
+              device: torch.device, precision: str, pass_: str,
+              scope: str = 'layer') -> Callable[[], None]:
+    if scope == 'core':
+        return make_core_call(impl, stage, hw, args, device, precision,
+                              pass_)
     module = LeMSA(
         stage['embed_dims'], stage['num_heads'], sr_ratio=stage['sr_ratio'],
         impl=impl).to(device)
@@ -148,32 +212,40 @@ def make_call(impl: str, stage: dict, hw: Tuple[int, int], args,
 
 def run(args, device: torch.device) -> List[Dict]:
     results = []
-    for s in args.stages:
-        stage = STAGES[s]
-        side = -(-args.img_size // stage['stride'])
-        hw = (side, side)
-        for precision in args.precisions:
-            for pass_ in args.passes:
-                row = dict(stage=s, hw=hw, precision=precision, pass_=pass_)
-                for impl in IMPLS:
-                    try:
-                        call = make_call(impl, stage, hw, args, device,
-                                         precision, pass_)
-                        row[impl] = measure(call, device, args.warmup,
-                                            args.repeats)
-                        row[impl + '_mem'] = peak_bytes(call, device)
-                    except Exception as err:  # noqa: BLE001 (OOM etc.)
-                        traceback.print_exc(file=sys.stderr)
-                        row[impl] = row[impl + '_mem'] = None
-                        row[impl + '_err'] = type(err).__name__
-                    finally:
-                        call = None
-                        if device.type == 'cuda':
-                            torch.cuda.empty_cache()
-                print(f'[stage {s} {precision} {pass_} done]',
-                      file=sys.stderr, flush=True)
-                results.append(row)
+    for scope in args.scopes:
+        for s in args.stages:
+            for precision in args.precisions:
+                for pass_ in args.passes:
+                    results.append(
+                        run_one(scope, s, precision, pass_, args, device))
     return results
+
+
+def run_one(scope: str, s: int, precision: str, pass_: str, args,
+            device: torch.device) -> Dict:
+    """Time and measure both paths for one table row."""
+    stage = STAGES[s]
+    side = -(-args.img_size // stage['stride'])
+    hw = (side, side)
+    row = dict(scope=scope, stage=s, hw=hw, precision=precision, pass_=pass_)
+    for impl in IMPLS:
+        call = None
+        try:
+            call = make_call(impl, stage, hw, args, device, precision, pass_,
+                             scope)
+            row[impl] = measure(call, device, args.warmup, args.repeats)
+            row[impl + '_mem'] = peak_bytes(call, device)
+        except Exception as err:  # noqa: BLE001 (OOM etc.)
+            traceback.print_exc(file=sys.stderr)
+            row[impl] = row[impl + '_mem'] = None
+            row[impl + '_err'] = type(err).__name__
+        finally:
+            call = None
+            if device.type == 'cuda':
+                torch.cuda.empty_cache()
+    print(f'[{scope} stage {s} {precision} {pass_} done]', file=sys.stderr,
+          flush=True)
+    return row
 
 
 def table(results: List[Dict], args) -> str:
@@ -245,10 +317,15 @@ def main(argv=None) -> None:
                    'whatever else runs (see the load average above)')
     report.add('')
     results = run(args, device)
-    report.add(table(results, args))
-    report.add('')
-    plot(results, report.path('lemsa.png'),
-         f'LeMSA B{args.batch_size} ({device.type})')
+    for scope in args.scopes:
+        rows = [r for r in results if r['scope'] == scope]
+        report.add(f'### {SCOPES[scope][0].upper()}{SCOPES[scope][1:]}')
+        report.add('')
+        report.add(table(rows, args))
+        report.add('')
+        name = 'lemsa.png' if scope == 'layer' else f'lemsa_{scope}.png'
+        plot(rows, report.path(name),
+             f'LeMSA {scope} B{args.batch_size} ({device.type})')
     report.save()
 
 

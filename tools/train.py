@@ -124,6 +124,16 @@ def merge_args(cfg, args):
 
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
+
+    # compile=True / compile=dict(...): compile the backbone and neck in
+    # place instead of mmengine's whole train_step (see CompileModelHook).
+    compile_cfg = cfg.get('compile', None)
+    if compile_cfg:
+        kwargs = {} if compile_cfg is True else dict(compile_cfg)
+        cfg.custom_hooks = list(cfg.get('custom_hooks', None) or []) + [
+            dict(type='CompileModelHook', **kwargs)
+        ]
+        cfg.compile = None
     return cfg
 
 

@@ -3,7 +3,8 @@ from .checkpoint import (MMENGINE_CHECKPOINT_GLOBALS,
 from .dist import (LAUNCHERS, distributed_context, setup_cpu_distributed,
                    teardown_distributed)
 from .errors import ConfigError, explain_config_error, explain_config_errors
-from .hooks import RNGStateHook, get_rng_state, set_rng_state
+from .hooks import (CompileModelHook, RNGStateHook, get_rng_state,
+                    set_rng_state)
 from .optim_wrapper import DeviceAmpOptimWrapper
 
 allow_mmengine_checkpoints()
@@ -12,5 +13,6 @@ __all__ = [
     'MMENGINE_CHECKPOINT_GLOBALS', 'allow_mmengine_checkpoints', 'LAUNCHERS',
     'distributed_context', 'setup_cpu_distributed', 'teardown_distributed',
     'ConfigError', 'explain_config_error', 'explain_config_errors',
-    'RNGStateHook', 'get_rng_state', 'set_rng_state', 'DeviceAmpOptimWrapper'
+    'CompileModelHook', 'RNGStateHook', 'get_rng_state', 'set_rng_state',
+    'DeviceAmpOptimWrapper'
 ]

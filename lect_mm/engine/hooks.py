@@ -87,3 +87,67 @@ class RNGStateHook(Hook):
         # fine-tuning) must not set the generators.
         if self._state is not None and self._state_epoch == runner.epoch:
             set_rng_state(self._state)
+
+
+@HOOKS.register_module()
+class CompileModelHook(Hook):
+    """``torch.compile`` the model's heavy submodules in place, once per run.
+
+    mmengine's switch (``compile=True`` in a config) compiles the runner's
+    whole ``model.train_step``: dynamo then also traces the data
+    preprocessor, the loss parsing, the optimizer wrapper and mmengine's
+    logging, which is recompiled for every new logged value until dynamo's
+    recompile limit (8) is hit. This hook compiles only ``targets`` (by
+    default the backbone and the neck, where the time goes) with
+    :meth:`torch.nn.Module.compile`, which compiles in place: the module
+    tree and the ``state_dict`` keys stay as they are (no ``_orig_mod.``
+    prefix), so checkpoints of compiled and eager runs are interchangeable
+    and resume works across the switch.
+
+    ``tools/train.py`` turns a config's ``compile=True`` (or
+    ``compile=dict(...)``, torch.compile's arguments) into this hook, so the
+    usual switch takes this path; with other tools add it yourself:
+    ``custom_hooks = [dict(type='CompileModelHook', mode='max-autotune')]``.
+
+    Args:
+        targets (Sequence[str]): Attribute names of the submodules to compile.
+            A target that is None on the model (a classifier without neck) is
+            skipped; a name the model lacks raises. Defaults to
+            ``('backbone', 'neck')``.
+        **compile_kwargs: Passed to ``torch.compile`` (``backend``, ``mode``,
+            ``dynamic``, ``fullgraph``, ``options``).
+    """
+
+    priority = 'VERY_HIGH'
+
+    def __init__(self, targets=('backbone', 'neck'), **compile_kwargs):
+        if isinstance(targets, str):
+            targets = (targets, )
+        self.targets = tuple(targets)
+        self.compile_kwargs = compile_kwargs
+
+    def before_run(self, runner) -> None:
+        from mmengine.model import is_model_wrapper
+
+        model = runner.model.module if is_model_wrapper(
+            runner.model) else runner.model
+        if not hasattr(torch.nn.Module, 'compile'):
+            raise RuntimeError('CompileModelHook needs torch >= 2.2 '
+                               '(nn.Module.compile); this is torch '
+                               f'{torch.__version__}.')
+        compiled = []
+        for name in self.targets:
+            if not hasattr(model, name):
+                raise AttributeError(
+                    f'CompileModelHook: {type(model).__name__} has no '
+                    f'submodule {name!r} (targets={self.targets}).')
+            module = getattr(model, name)
+            if module is None:
+                continue
+            module.compile(**self.compile_kwargs)
+            compiled.append(name)
+        runner.logger.info(
+            f'torch.compile({self.compile_kwargs or ""}) on '
+            f'{", ".join(compiled)}: the first iterations, and the first one '
+            'of any new input shape (a smaller last batch without '
+            'drop_last), compile and are slow.')

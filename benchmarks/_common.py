@@ -227,18 +227,23 @@ def num_classes_of(model: torch.nn.Module) -> int:
 
 
 class TrainStep:
-    """One training iteration as the report trains (SPEC §8).
+    """One training iteration as mmengine's runner runs it (SPEC §8).
 
-    forward + loss (the head's loss on ``model(..., mode='loss')``) →
-    backward → gradient-norm clip at ``max_norm`` → AdamW step (lr 1e-3,
-    weight decay 0.05) → zero grad. bf16 autocast when ``amp`` (no loss
-    scaler is needed for bf16). This mirrors mmengine's ``OptimWrapper``
-    with ``clip_grad=dict(max_norm=5)`` without its logging.
+    The body of ``BaseModel.train_step`` after the data preprocessor:
+    forward + loss under ``optim_wrapper.optim_context``, ``parse_losses``,
+    then ``optim_wrapper.update_params`` (backward, gradient-norm clip,
+    AdamW step, zero grad, and the grad-norm logging to the message hub).
+    The optim wrapper is built by mmengine's ``build_optim_wrapper`` from the
+    configs' settings: AdamW lr 1e-3, weight decay 0.05, ``clip_grad=dict(
+    max_norm=5)``; with ``amp`` it is lect_mm's ``DeviceAmpOptimWrapper``
+    with ``dtype='bfloat16'`` (what ``tools/train.py --amp --cfg-options
+    optim_wrapper.dtype=bfloat16`` trains with: bf16 autocast, and on CUDA
+    mmengine's dynamic loss scaler as well).
 
     Args:
         model (nn.Module): A classifier in train mode on its device.
         device (torch.device): Where the model lives.
-        amp (bool): bf16 autocast. Defaults to False.
+        amp (bool): bf16 mixed precision. Defaults to False.
         channels_last (bool): Convert the inputs to channels-last memory
             format (the model should be converted too). Defaults to False.
         max_norm (float): Clip threshold. Defaults to 5.
@@ -250,25 +255,29 @@ class TrainStep:
                  amp: bool = False,
                  channels_last: bool = False,
                  max_norm: float = 5.0) -> None:
+        from mmengine.optim import build_optim_wrapper
+
         self.model = model
         self.device = device
-        self.amp = amp
         self.channels_last = channels_last
-        self.max_norm = max_norm
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=1e-3, weight_decay=0.05)
+        cfg = dict(
+            type='OptimWrapper',
+            optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
+            clip_grad=dict(max_norm=max_norm))
+        if amp:
+            cfg.update(type='DeviceAmpOptimWrapper', dtype='bfloat16')
+        # DeviceAmpOptimWrapper picks CPU or CUDA from mmengine's get_device.
+        if device.type == 'cuda':
+            torch.cuda.set_device(device)
+        self.optim_wrapper = build_optim_wrapper(model, cfg)
 
     def __call__(self, inputs: torch.Tensor, data_samples: list):
         if self.channels_last:
             inputs = inputs.contiguous(memory_format=torch.channels_last)
-        with autocast(self.device, self.amp):
+        with self.optim_wrapper.optim_context(self.model):
             losses = self.model(inputs, data_samples, mode='loss')
-        loss = sum(v for k, v in losses.items() if 'loss' in k)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        loss, _ = self.model.parse_losses(losses)
+        self.optim_wrapper.update_params(loss)
         return loss.detach()
 
 

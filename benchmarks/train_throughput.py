@@ -1,7 +1,9 @@
 """Whole-model training throughput of the report's models (Table 2).
 
-One full training step as the report trains (SPEC §8): forward + loss +
-backward + gradient-norm clip (5) + AdamW step, batch 64, 224×224, synthetic
+One full training step as the report trains (SPEC §8) and as mmengine's
+runner runs it (the model's loss, then an optim wrapper built by
+``build_optim_wrapper``: backward + gradient-norm clip (5) + AdamW step;
+see ``_common.TrainStep``), batch 64, 224×224, synthetic
 data already on the device (so the data pipeline is not measured; see
 ``data_pipeline.py`` for that). Prints images/s (median and IQR over the
 timed steps) and the ratio to the report's ResNet.
@@ -148,8 +150,10 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
             'Images/s, median [IQR]', f'× {REFERENCE_MODEL}', 'Peak memory'
         ], rows))
     report.add()
-    report.add(f'Full step: forward + cross-entropy + backward + clip-grad '
-               f'(max norm 5) + AdamW; {args.warmup} warm-up steps, '
+    report.add(f'Full step as mmengine runs it: forward + cross-entropy, '
+               f'then the optim wrapper\'s update_params (backward + '
+               f'clip-grad (max norm 5) + AdamW + grad-norm logging); '
+               f'{args.warmup} warm-up steps, '
                f'{args.iters} timed steps; synthetic data on the device. '
                f'{MEMORY_NOTE[device.type]}.')
     report.add()

@@ -426,21 +426,29 @@ def fmt_bytes(n: Optional[float]) -> str:
 
 # ------------------------------------------------------------------ header
 def _git_commit() -> str:
+    """Short commit of the checkout, or ``$LECT_MM_COMMIT`` without git.
+
+    A copy of the working tree without ``.git`` (a GPU machine's) cannot
+    say its commit: export ``LECT_MM_COMMIT`` there (``run_gpu.sh`` passes
+    it through) or the header says ``unknown (no git checkout)``.
+    """
     try:
         out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
                              cwd=REPO_ROOT,
                              capture_output=True,
                              text=True,
                              timeout=5)
-        dirty = subprocess.run(['git', 'status', '--porcelain'],
-                               cwd=REPO_ROOT,
-                               capture_output=True,
-                               text=True,
-                               timeout=5).stdout.strip()
-        return out.stdout.strip() + (' (uncommitted changes)'
-                                     if dirty else '') or 'unknown'
+        commit = out.stdout.strip() if out.returncode == 0 else ''
+        if commit:
+            dirty = subprocess.run(['git', 'status', '--porcelain'],
+                                   cwd=REPO_ROOT,
+                                   capture_output=True,
+                                   text=True,
+                                   timeout=5).stdout.strip()
+            return commit + (' (uncommitted changes)' if dirty else '')
     except (OSError, subprocess.SubprocessError):
-        return 'unknown'
+        pass
+    return os.environ.get('LECT_MM_COMMIT') or 'unknown (no git checkout)'
 
 
 def _cpu_model() -> str:

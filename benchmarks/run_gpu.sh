@@ -9,6 +9,8 @@
 #   benchmarks_gpu.md                     every table, in the order run
 #   run_gpu.log                           stdout/stderr of every step
 #   lemsa.png, resolution_{time,memory}_b{1,16}.png
+# A copy without .git cannot name its commit: run it with
+# LECT_MM_COMMIT=$(git rev-parse --short HEAD) exported from the checkout.
 # Each step runs under `timeout`, within a global budget (BUDGET seconds,
 # default 470), most important first; a step that fails or times out is
 # logged and the next one runs. Partial results are still collected.

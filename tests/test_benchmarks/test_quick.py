@@ -148,3 +148,15 @@ def test_run_gpu_script_syntax():
     import subprocess
     script = osp.join(BENCH, 'run_gpu.sh')
     assert subprocess.run(['bash', '-n', script]).returncode == 0
+
+
+def test_header_commit_without_git(bench, monkeypatch, tmp_path):
+    # A GPU machine gets the working tree without .git: the header then
+    # takes LECT_MM_COMMIT, or says that it cannot know.
+    common = bench('_common')
+    monkeypatch.setattr(common, 'REPO_ROOT', str(tmp_path))
+    monkeypatch.setenv('GIT_CEILING_DIRECTORIES', str(tmp_path.parent))
+    monkeypatch.delenv('LECT_MM_COMMIT', raising=False)
+    assert common._git_commit() == 'unknown (no git checkout)'
+    monkeypatch.setenv('LECT_MM_COMMIT', '2fa690c')
+    assert common._git_commit() == '2fa690c'

@@ -15,11 +15,11 @@ def _numel(module):
 
 
 def test_arch_errors():
-    with pytest.raises(AssertionError, match="Unavailable arch 'unknown'"):
+    with pytest.raises(ValueError, match="Unavailable arch 'unknown'"):
         AlterNet(arch='unknown')
-    with pytest.raises(AssertionError, match='needs a dict with keys'):
+    with pytest.raises(ValueError, match=r'needs the keys .* missing'):
         AlterNet(arch=dict(depths=(2, 2)))
-    with pytest.raises(AssertionError, match='at most'):
+    with pytest.raises(ValueError, match='at most'):
         AlterNet(arch=dict(depths=(1, ), msa_depths=(1, ), num_heads=(2, ),
                            channels=(8, )), strides=(1, ))
     with pytest.raises(ValueError, match='stem_type'):
@@ -109,3 +109,13 @@ def test_literal_and_fused_attention_agree():
     with torch.no_grad():
         torch.testing.assert_close(fused(x), literal(x), atol=1e-5,
                                    rtol=1e-4)
+
+
+def test_out_indices_and_stride_errors():
+    with pytest.raises(ValueError, match='Invalid out_indices 4 for 4 stages'):
+        AlterNet(out_indices=(4, ))
+    with pytest.raises(ValueError, match='strides needs 4 entries'):
+        AlterNet(strides=(1, 2))
+    with pytest.raises(ValueError, match=r"arch\['channels'\] needs 1"):
+        AlterNet(arch=dict(depths=(2, ), msa_depths=(1, ), num_heads=(2, ),
+                           channels=(8, 16)), strides=(1, ))

@@ -19,11 +19,11 @@ def test_mmpretrain_levit_rejects_every_dict():
 
 
 def test_arch_errors():
-    with pytest.raises(AssertionError, match="Unavailable arch 'tiny'"):
+    with pytest.raises(ValueError, match="Unavailable arch 'tiny'"):
         FlexibleLeViT(arch='tiny')
-    with pytest.raises(AssertionError, match=r"missing \['key_dims'\]"):
+    with pytest.raises(ValueError, match=r"missing \['key_dims'\]"):
         FlexibleLeViT(arch={k: v for k, v in SMALL.items() if k != 'key_dims'})
-    with pytest.raises(AssertionError, match='one value per stage'):
+    with pytest.raises(ValueError, match='one value per stage'):
         FlexibleLeViT(arch=dict(SMALL, depths=[1]))
 
 

@@ -11,11 +11,11 @@ def _numel(module):
 
 
 def test_arch_errors():
-    with pytest.raises(AssertionError, match="Unavailable arch 'unknown'"):
+    with pytest.raises(ValueError, match="Unavailable arch 'unknown'"):
         NarrowResNet(arch='unknown')
-    with pytest.raises(AssertionError, match='needs a dict with keys'):
+    with pytest.raises(ValueError, match=r'needs the keys .* missing'):
         NarrowResNet(arch=dict(depths=(2, 2)))
-    with pytest.raises(AssertionError, match='one entry per stage'):
+    with pytest.raises(ValueError, match='one entry per stage'):
         NarrowResNet(arch=dict(depths=(2, 2), widths=(8, 16)))
     with pytest.raises(ValueError, match='stem_type'):
         NarrowResNet(stem_type='deep')

@@ -17,7 +17,8 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.alternet import AlterNetMSABlock, PreActBasicBlock
-from lect_mm.models.utils import FreezeNormEvalMixin
+from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
+                                  parse_out_indices)
 
 STEM_TYPES = ('conv7x7', 'conv3x3')
 
@@ -108,34 +109,24 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
                  attn_impl: str = 'fused',
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        if isinstance(arch, str):
-            assert arch in self.arch_zoo, \
-                f'Unavailable arch {arch!r}, choose from ' \
-                f'{sorted(self.arch_zoo)} or pass a dict.'
-            arch = self.arch_zoo[arch]
-        else:
-            assert isinstance(arch, dict) and set(self.arch_keys) <= set(
-                arch), f'A custom arch needs a dict with keys ' \
-                f'{list(self.arch_keys)}, got {arch!r}.'
+        arch = parse_arch(arch, self.arch_zoo, self.arch_keys)
         num_stages = len(arch['depths'])
         for key in self.arch_keys:
-            assert len(arch[key]) == num_stages, \
-                f'arch[{key!r}] needs {num_stages} entries, got {arch[key]}.'
+            if len(arch[key]) != num_stages:
+                raise ValueError(f'arch[{key!r}] needs {num_stages} entries '
+                                 f'(one per stage), got {arch[key]}.')
         for depth, msa_depth in zip(arch['depths'], arch['msa_depths']):
-            assert 0 <= 2 * msa_depth <= depth, \
-                f'A stage of {depth} blocks holds at most {depth // 2} MSA ' \
-                f'blocks, got msa_depths={arch["msa_depths"]}.'
-        assert len(strides) == num_stages, \
-            f'strides needs {num_stages} entries, got {strides}.'
+            if not 0 <= 2 * msa_depth <= depth:
+                raise ValueError(
+                    f'A stage of {depth} blocks holds at most {depth // 2} '
+                    f'MSA blocks, got msa_depths={arch["msa_depths"]}.')
+        if len(strides) != num_stages:
+            raise ValueError(
+                f'strides needs {num_stages} entries, got {strides}.')
         if stem_type not in STEM_TYPES:
             raise ValueError(f'Unsupported stem_type {stem_type!r}; choose '
                              f'from {list(STEM_TYPES)}.')
-        if isinstance(out_indices, int):
-            out_indices = [out_indices]
-        out_indices = [i + num_stages if i < 0 else i for i in out_indices]
-        for i in out_indices:
-            assert 0 <= i < num_stages, \
-                f'Invalid out_indices {i} for {num_stages} stages.'
+        out_indices = parse_out_indices(out_indices, num_stages, 'stages')
 
         self.depths = tuple(arch['depths'])
         self.msa_depths = tuple(arch['msa_depths'])

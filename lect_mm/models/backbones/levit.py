@@ -25,6 +25,8 @@ from mmpretrain.models.backbones.levit import (LeViT, LinearBatchNorm,
                                                Residual)
 from mmpretrain.registry import MODELS
 
+from lect_mm.models.utils import parse_arch
+
 
 @MODELS.register_module()
 class FlexibleLeViT(LeViT):
@@ -60,13 +62,11 @@ class FlexibleLeViT(LeViT):
                  zero_init_residual: bool = True,
                  **kwargs):
         if isinstance(arch, dict):
-            missing = [k for k in self.arch_keys if k not in arch]
-            assert not missing, \
-                f'A custom arch needs a dict with keys ' \
-                f'{list(self.arch_keys)}, missing {missing}.'
+            arch = parse_arch(arch, {}, self.arch_keys)
             lengths = {len(arch[k]) for k in self.arch_keys}
-            assert len(lengths) == 1, \
-                f'Every arch entry needs one value per stage, got {arch!r}.'
+            if len(lengths) != 1:
+                raise ValueError('Every arch entry needs one value per '
+                                 f'stage, got {arch!r}.')
             # LeViT.__init__ looks the arch up in ``self.arch_zoo``.
             self.arch_zoo = {
                 **type(self).arch_zoo, 'custom': {
@@ -75,10 +75,9 @@ class FlexibleLeViT(LeViT):
                 }
             }
             arch = 'custom'
-        else:
-            assert isinstance(arch, str) and arch.lower() in self.arch_zoo, \
-                f'Unavailable arch {arch!r}, choose from ' \
-                f'{sorted(self.arch_zoo)} or pass a dict.'
+        elif not isinstance(arch, str) or arch.lower() not in self.arch_zoo:
+            raise ValueError(f'Unavailable arch {arch!r}, choose from '
+                             f'{sorted(self.arch_zoo)} or pass a dict.')
         super().__init__(arch, **kwargs)
         self.zero_init_residual = zero_init_residual
 

@@ -15,7 +15,8 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.models.backbones.resnet import BasicBlock, ResLayer
 from mmpretrain.registry import MODELS
 
-from lect_mm.models.utils import FreezeNormEvalMixin
+from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
+                                  parse_out_indices)
 
 STEM_TYPES = ('conv7x7', 'conv3x3')
 
@@ -87,31 +88,19 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
                  with_cp: bool = False,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        if isinstance(arch, str):
-            assert arch in self.arch_zoo, \
-                f'Unavailable arch {arch!r}, choose from ' \
-                f'{sorted(self.arch_zoo)} or pass a dict.'
-            arch = self.arch_zoo[arch]
-        else:
-            assert isinstance(arch, dict) and {'depths', 'widths'} <= set(
-                arch), f'A custom arch needs a dict with keys ' \
-                f"['depths', 'widths'], got {arch!r}."
+        arch = parse_arch(arch, self.arch_zoo, ('depths', 'widths'))
         self.depths = tuple(arch['depths'])
         self.widths = tuple(arch['widths'])
         self.num_stages = len(self.depths)
-        assert len(self.widths) == self.num_stages == len(strides), \
-            f'depths {self.depths}, widths {self.widths} and strides ' \
-            f'{tuple(strides)} need one entry per stage.'
+        if not len(self.widths) == self.num_stages == len(strides):
+            raise ValueError(
+                f'depths {self.depths}, widths {self.widths} and strides '
+                f'{tuple(strides)} need one entry per stage.')
         if stem_type not in STEM_TYPES:
             raise ValueError(f'Unsupported stem_type {stem_type!r}; choose '
                              f'from {list(STEM_TYPES)}.')
-        if isinstance(out_indices, int):
-            out_indices = [out_indices]
-        out_indices = [i + self.num_stages if i < 0 else i
-                       for i in out_indices]
-        for i in out_indices:
-            assert 0 <= i < self.num_stages, \
-                f'Invalid out_indices {i} for {self.num_stages} stages.'
+        out_indices = parse_out_indices(out_indices, self.num_stages,
+                                        'stages')
         self.out_indices = tuple(out_indices)
         self.frozen_stages = frozen_stages
         self.norm_eval = norm_eval

@@ -165,6 +165,41 @@ def heads_to_map(x: torch.Tensor, h: int) -> torch.Tensor:
     return rearrange(tokens, 'b (h w) c -> b c h w', h=h)
 
 
+def attend_and_upsample(layer: nn.Module, q_map: torch.Tensor,
+                        k_map: torch.Tensor, v: torch.Tensor,
+                        hw_shape: Tuple[int, int]) -> torch.Tensor:
+    """The attention and query upsampling shared by LeMSA and LeMSAv2.
+
+    Splits the pooled query map and the value tokens into ``layer``'s
+    heads, runs :func:`upsampled_key_attention` with the layer's settings
+    (storing the map in ``layer.attn_map`` when ``layer.return_attn_map``)
+    and brings the result back to ``hw_shape`` with
+    ``layer.query_upsampler``.
+
+    Args:
+        layer (nn.Module): A LeMSA/LeMSAv2 (``num_heads``,
+            ``key_upsample``, ``scale``, ``attn_drop``, ``impl``,
+            ``return_attn_map``, ``query_upsampler``).
+        q_map (torch.Tensor): Pooled queries ``(B, m * dq, h', w')``.
+        k_map (torch.Tensor): Pooled keys ``(B, m * dq, h', w')``.
+        v (torch.Tensor): Value tokens ``(B, N, m * dv)``.
+        hw_shape (tuple[int, int]): ``(H, W)`` with ``N = H * W``.
+
+    Returns:
+        torch.Tensor: The upsampled attention output ``(B, m * dv, H, W)``,
+        a channels_last view of tokens.
+    """
+    q = rearrange(q_map, 'b (m d) h w -> b m (h w) d', m=layer.num_heads)
+    v = rearrange(v, 'b n (m d) -> b m n d', m=layer.num_heads)
+    out, attn_map = upsampled_key_attention(
+        q, k_map, v, hw_shape, layer.key_upsample, layer.scale,
+        layer.attn_drop, layer.impl, layer.return_attn_map)
+    if layer.return_attn_map:
+        layer.attn_map = attn_map
+    return layer.query_upsampler(
+        heads_to_map(out, q_map.shape[-2]), hw_shape)
+
+
 def _conv_bn(channels: int, kernel_size: int, bias: bool,
              norm_cfg: dict) -> nn.Sequential:
     """Depthwise conv + norm, keys ``0.*`` / ``1.*`` as in the reference."""
@@ -318,19 +353,9 @@ class LeMSA(BaseModule):
         else:
             b = self.conv2(v_map)
 
-        q_map = _pool(a, self.sr_ratio, self.pool_size, 'avg')
-        k_map = _pool(b, self.sr_ratio, self.pool_size, 'avg')
-        q = rearrange(
-            q_map, 'b (m d) h w -> b m (h w) d', m=self.num_heads)
-        v = rearrange(v, 'b n (m d) -> b m n d', m=self.num_heads)
-        out, attn_map = upsampled_key_attention(
-            q, k_map, v, (H, W), self.key_upsample, self.scale,
-            self.attn_drop, self.impl, self.return_attn_map)
-        if self.return_attn_map:
-            self.attn_map = attn_map
-
-        out = self.query_upsampler(
-            heads_to_map(out, q_map.shape[-2]), (H, W))
+        out = attend_and_upsample(
+            self, _pool(a, self.sr_ratio, self.pool_size, 'avg'),
+            _pool(b, self.sr_ratio, self.pool_size, 'avg'), v, (H, W))
         if self.conv_skip:
             out = out + self.act(b)
         out = rearrange(out, 'b c h w -> b (h w) c')
@@ -493,19 +518,8 @@ class LeMSAv2(BaseModule):
         b = self.conv2(self.act(a))
         high = self.act(self.conv3(b))
 
-        q_map = self._pooled_heads(a)
-        k_map = self._pooled_heads(b)
-        q = rearrange(
-            q_map, 'b (m d) h w -> b m (h w) d', m=self.num_heads)
-        v = rearrange(v, 'b n (m d) -> b m n d', m=self.num_heads)
-        out, attn_map = upsampled_key_attention(
-            q, k_map, v, (H, W), self.key_upsample, self.scale,
-            self.attn_drop, self.impl, self.return_attn_map)
-        if self.return_attn_map:
-            self.attn_map = attn_map
-
-        low = self.query_upsampler(
-            heads_to_map(out, q_map.shape[-2]), (H, W))
+        low = attend_and_upsample(self, self._pooled_heads(a),
+                                  self._pooled_heads(b), v, (H, W))
         out = rearrange(
             torch.cat([high, low], dim=1), 'b c h w -> b (h w) c')
         return self.proj_drop(self.proj(out))

@@ -119,10 +119,16 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help='untimed steps before the epoch (default 5)')
     parser.add_argument('--repeats', type=int, default=5,
                         help='timed steps of the model-only estimate')
+    parser.add_argument('--no-loader-pass', action='store_true',
+                        help='skip the separate loader-only pass before the '
+                        'epoch (its columns show "–"): the run then costs '
+                        'one epoch plus warm-up')
     parser.add_argument('--loader-only', action='store_true',
                         help='time only the data loader (no model): how '
                         'fast the CPU pipeline can feed a device')
     args = parser.parse_args(argv)
+    if args.loader_only and args.no_loader_pass:
+        parser.error('--loader-only and --no-loader-pass exclude each other')
     if args.quick:
         args.images, args.batch_size, args.img_size = 32, 16, 48
         args.warmup, args.repeats = 1, 1
@@ -199,7 +205,10 @@ def run_mode(mode: str, args, device: torch.device) -> Dict:
                      channels_last=args.channels_last)
     loader, workers = _loader(cfg, pipeline, args)
 
-    loader_s, n, first = _time_loader(mode, loader)
+    if args.no_loader_pass:
+        loader_s, n, first = None, 0, next(iter(loader))
+    else:
+        loader_s, n, first = _time_loader(mode, loader)
 
     # model only: warms up (compilation, cuDNN) for the epoch too
     print(f'[{mode}] warm-up / model only', file=sys.stderr, flush=True)
@@ -252,9 +261,12 @@ def main(argv=None) -> Report:
                 fmt_rate(r['loader_images'] / r['loader_s'])
             ])
             continue
+        loader_cells = ['–', '–'] if r['loader_s'] is None else [
+            f'{r["loader_s"]:.1f}',
+            fmt_rate(r['loader_images'] / r['loader_s'])
+        ]
         rows.append([
-            labels[mode], f'{r["loader_s"]:.1f}',
-            fmt_rate(r['loader_images'] / r['loader_s']),
+            labels[mode], *loader_cells,
             f'{r["train_s"]:.1f}', fmt_rate(r['images'] / r['train_s']),
             f'{r["model_only_s"]:.1f}',
             f'{r["train_s"] / r["model_only_s"]:.2f}'

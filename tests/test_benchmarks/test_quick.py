@@ -135,6 +135,17 @@ def test_data_pipeline_loader_only(bench):
     assert all(len(r.strip('|').split('|')) == 3 for r in rows)
 
 
+def test_data_pipeline_without_loader_pass(bench):
+    mod = bench('data_pipeline')
+    report = mod.main(QUICK + ['--num-workers', '0', '--modes', 'device',
+                               '--no-loader-pass'])
+    text = '\n'.join(report.parts)
+    row = [line for line in text.splitlines() if line.startswith('| device')]
+    assert len(row) == 1
+    cells = [c.strip() for c in row[0].strip('|').split('|')]
+    assert cells[1:3] == ['–', '–'] and float(cells[3]) > 0
+
+
 def test_in_memory_dataset(bench):
     mod = bench('data_pipeline')
     ds = mod.InMemoryImages(num_images=5, img_size=8, num_classes=3)

@@ -18,7 +18,9 @@
 # The step limits add up to about 13 minutes: where one call may not run
 # that long, split the run with ONLY, a bash regex on the step names:
 #   ONLY='^0[1-4]' bash benchmarks/run_gpu.sh     # throughput, LeMSA
-#   ONLY='^0[5-8]' bash benchmarks/run_gpu.sh     # data, resolution, ...
+#   ONLY='^05' bash benchmarks/run_gpu.sh         # the 50k-image epochs
+#   ONLY='^0[6-8]' bash benchmarks/run_gpu.sh     # resolution, inference,
+#                                                 # compile
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-work_dirs/bench_gpu}

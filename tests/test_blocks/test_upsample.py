@@ -4,7 +4,8 @@ import torch.nn.functional as F
 
 from lect_mm.blocks import (ResizeDWConvUpsampler, ResizeUpsampler,
                             SVConvTransposeUpsampler)
-from lect_mm.blocks.upsample import resize
+from lect_mm.blocks.upsample import (MATMUL_RESIZE_MODES,
+                                     interpolation_matrix, resize)
 from mmpretrain.registry import MODELS
 
 
@@ -13,12 +14,68 @@ from mmpretrain.registry import MODELS
                                   ((2, 3), 7)])
 def test_resize_to_size_equals_scale_factor(mode, hw, k):
     # The blocks resize to an explicit (H, W); for divisible sizes this must
-    # be bit-identical to the reference's nn.Upsample(scale_factor=K).
+    # equal the reference's nn.Upsample(scale_factor=K): bit for bit where
+    # F.interpolate runs, to float rounding where the matmul does.
     x = torch.randn(2, 3, *hw)
     ref = torch.nn.Upsample(
         scale_factor=k, mode=mode,
         align_corners=None if mode == 'nearest' else False)(x)
-    assert torch.equal(resize(x, (hw[0] * k, hw[1] * k), mode), ref)
+    out = resize(x, (hw[0] * k, hw[1] * k), mode)
+    if mode in MATMUL_RESIZE_MODES:
+        torch.testing.assert_close(out, ref)
+    else:
+        assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize('mode', ['nearest', 'bilinear', 'bicubic'])
+@pytest.mark.parametrize('in_hw,out_hw', [((4, 4), (56, 56)),
+                                          ((3, 5), (13, 10)),
+                                          ((7, 7), (14, 14))])
+def test_interpolation_matrix_holds_interpolate_weights(mode, in_hw, out_hw):
+    x = torch.randn(2, 5, *in_hw, dtype=torch.float64)
+    matrix = interpolation_matrix(in_hw, out_hw, mode, dtype=torch.float64)
+    assert matrix.shape == (in_hw[0] * in_hw[1], out_hw[0] * out_hw[1])
+    ref = F.interpolate(x, size=out_hw, mode=mode,
+                        align_corners=None if mode == 'nearest' else False)
+    torch.testing.assert_close((x.flatten(2) @ matrix).view_as(ref), ref,
+                               rtol=0, atol=1e-12)
+    # Cached per key, and a fresh matrix per dtype.
+    assert interpolation_matrix(in_hw, out_hw, mode,
+                                dtype=torch.float64) is matrix
+    assert interpolation_matrix(in_hw, out_hw, mode).dtype == torch.float32
+
+
+@pytest.mark.parametrize('grad', [False, True])
+def test_matmul_resize_values_grads_and_layout(grad):
+    # bicubic on a small grid runs as a matmul: same values and gradients
+    # as F.interpolate, channels_last output; a large grid falls back.
+    x = torch.randn(2, 6, 4, 3, requires_grad=grad)
+    out = resize(x, (13, 10), 'bicubic')
+    assert out.is_contiguous(memory_format=torch.channels_last)
+    x_ref = x.detach().clone().requires_grad_(grad)
+    ref = F.interpolate(x_ref, size=(13, 10), mode='bicubic',
+                        align_corners=False)
+    torch.testing.assert_close(out, ref)
+    if grad:
+        g = torch.randn_like(ref)
+        out.backward(g)
+        ref.backward(g)
+        torch.testing.assert_close(x.grad, x_ref.grad, rtol=0, atol=1e-5)
+    big = torch.randn(1, 2, 9, 9)  # 81 cells > MATMUL_RESIZE_MAX_CELLS
+    assert torch.equal(
+        resize(big, (18, 18), 'bicubic'),
+        F.interpolate(big, size=(18, 18), mode='bicubic',
+                      align_corners=False))
+
+
+def test_matrix_built_under_inference_mode_serves_training():
+    # The first call may come from inference (a benchmark, a demo): the
+    # cached matrix must still be usable by a later training forward.
+    with torch.inference_mode():
+        resize(torch.randn(1, 2, 5, 5), (21, 19), 'bicubic')
+    x = torch.randn(1, 2, 5, 5, requires_grad=True)
+    resize(x, (21, 19), 'bicubic').sum().backward()
+    assert x.grad is not None
 
 
 @pytest.mark.parametrize('cfg', [

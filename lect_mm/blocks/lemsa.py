@@ -494,13 +494,22 @@ class LeMSAv2(BaseModule):
         self.attn_map = None
 
     def _pooled_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, l, H, W) -> per-head [avg, max] map (B, m * 2l/m, h', w')."""
+        """(B, l, H, W) -> per-head [avg, max] map (B, m * 2l/m, h', w').
+
+        The small pooled map is returned channels_last, as the maps of
+        :class:`LeMSA`, so that the key resize writes channels_last too and
+        the per-head split of the resized keys is a view (a channels-first
+        map here costs a copy of the full-resolution keys and a slower
+        resize backward).
+        """
         avg = _pool(x, self.sr_ratio, self.pool_size, 'avg')
         mx = _pool(x, self.sr_ratio, self.pool_size, 'max')
         avg = rearrange(avg, 'b (m d) h w -> b m d h w', m=self.num_heads)
         mx = rearrange(mx, 'b (m d) h w -> b m d h w', m=self.num_heads)
         return rearrange(
-            torch.cat([avg, mx], dim=2), 'b m d h w -> b (m d) h w')
+            torch.cat([avg, mx], dim=2),
+            'b m d h w -> b (m d) h w').contiguous(
+                memory_format=torch.channels_last)
 
     def forward(self, x: torch.Tensor,
                 hw_shape: Tuple[int, int]) -> torch.Tensor:

@@ -448,3 +448,13 @@ def test_heads_to_map_is_head_major_token_view():
     assert out.is_contiguous(memory_format=torch.channels_last)
     ref = x.permute(0, 1, 3, 2).reshape(2, 12, 2, 3)  # channel = m * d + j
     assert torch.equal(out, ref)
+
+
+def test_v2_pooled_keys_are_channels_last():
+    # So that the key resize writes channels_last and the head split of
+    # the resized keys is a view, as in LeMSA.
+    layer = LeMSAv2(16, 2, sr_ratio=4, h_ratio=0.5)
+    x = torch.randn(2, 8, 8, 8).contiguous(memory_format=torch.channels_last)
+    pooled = layer._pooled_heads(x)
+    assert pooled.shape == (2, 16, 2, 2)
+    assert pooled.is_contiguous(memory_format=torch.channels_last)

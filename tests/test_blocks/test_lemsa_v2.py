@@ -163,3 +163,15 @@ def test_reference_key_layout():
 def test_errors(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         LeMSAv2(*args, **kwargs)
+
+
+def test_compiles_as_one_graph():
+    # torch.compile (the compile=True switch) captures the layer, the
+    # cached bicubic interpolation matrix included, without graph breaks.
+    torch._dynamo.reset()
+    layer = LeMSAv2(32, 2, sr_ratio=4, h_ratio=0.5)
+    x = torch.randn(2, 16 * 16, 32)
+    ref = layer(x, (16, 16))
+    compiled = torch.compile(layer, backend='eager', fullgraph=True)
+    torch.testing.assert_close(compiled(x, (16, 16)), ref)
+    torch._dynamo.reset()

@@ -339,6 +339,21 @@ def fmt_rate(x: float) -> str:
     return f'{x:.1f}' if x >= 10 else f'{x:.2f}'
 
 
+def _time_call(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds of one ``fn()``: CUDA events (synchronised) or perf_counter."""
+    if device.type == 'cuda':
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def measure(fn: Callable[[], object],
             device: torch.device,
             warmup: int = 3,
@@ -348,25 +363,27 @@ def measure(fn: Callable[[], object],
     CUDA: events around each call, synchronised after each call. CPU:
     ``perf_counter``.
     """
+    return measure_interleaved([fn], device, warmup, repeats)[0]
+
+
+def measure_interleaved(fns: Sequence[Callable[[], object]],
+                        device: torch.device,
+                        warmup: int = 3,
+                        repeats: int = 10) -> List[Stats]:
+    """Time several competitors in turns: ``fns[0]``, ``fns[1]``, ... each
+    round, so that a drift of the machine's load (CPU) or clocks (GPU)
+    during the measurement affects all of them alike. Warm-up calls first,
+    in the same order."""
     if repeats < 1:
         raise ValueError(f'repeats must be >= 1, got {repeats}')
     for _ in range(warmup):
-        fn()
+        for fn in fns:
+            fn()
     synchronize(device)
-    stats = Stats()
+    stats = [Stats() for _ in fns]
     for _ in range(repeats):
-        if device.type == 'cuda':
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            stats.times.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            stats.times.append(time.perf_counter() - t0)
+        for fn, st in zip(fns, stats):
+            st.times.append(_time_call(fn, device))
     return stats
 
 

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from _common import (REPO_ROOT, Report, add_common_args, machine_header,
-                     markdown_table, measure, setup)
+                     markdown_table, measure_interleaved, setup)
 
 VARIANTS = ('v1', 'v2', 'v3')
 
@@ -130,21 +130,25 @@ def run_variant(variant: str, args, device: torch.device) -> Dict:
         probe = x[:2]
         diff = (ref(probe) - ours(probe, mode='tensor')).abs().max().item()
 
-    def infer(model, fn):
+    def inference(fn):
         def call():
             with torch.inference_mode():
                 fn()
-        return measure(call, device, args.warmup, args.repeats)
+        return call
 
-    inf_ref = infer(ref, lambda: ref(x))
-    inf_ours = infer(ours, lambda: ours(x, mode='tensor'))
+    # In turns (reference, lect_mm, reference, ...): a drift of the
+    # machine's load hits both alike.
+    inf_ref, inf_ours = measure_interleaved(
+        [inference(lambda: ref(x)),
+         inference(lambda: ours(x, mode='tensor'))], device, args.warmup,
+        args.repeats)
 
     ref.train()
     ours.train()
-    step_ref = PlainStep(ref, lambda: ref(x), labels)
-    step_ours = PlainStep(ours, lambda: ours(x, mode='tensor'), labels)
-    train_ref = measure(step_ref, device, args.warmup, args.repeats)
-    train_ours = measure(step_ours, device, args.warmup, args.repeats)
+    train_ref, train_ours = measure_interleaved(
+        [PlainStep(ref, lambda: ref(x), labels),
+         PlainStep(ours, lambda: ours(x, mode='tensor'), labels)], device,
+        args.warmup, args.repeats)
     print(f'[{variant} done]', file=sys.stderr, flush=True)
     return dict(diff=diff, train_ref=train_ref, train_ours=train_ours,
                 inf_ref=inf_ref, inf_ours=inf_ours)
@@ -186,8 +190,8 @@ def main(argv=None) -> Report:
                'strictly); the difference is of the eval-mode logits on two '
                'images. Train step: the same plain loop for both (forward, '
                'cross-entropy, backward, clip 5, AdamW), dropout and drop '
-               'path off in lect_mm as the reference has none. Times are '
-               'medians [IQR].')
+               'path off in lect_mm as the reference has none. The two are '
+               'timed in turns; medians [IQR].')
     report.add('')
     report.save()
     return report

@@ -171,3 +171,26 @@ def test_header_commit_without_git(bench, monkeypatch, tmp_path):
     assert common._git_commit() == 'unknown (no git checkout)'
     monkeypatch.setenv('LECT_MM_COMMIT', '2fa690c')
     assert common._git_commit() == '2fa690c'
+
+
+def test_reference(bench):
+    # Same converted weights: the logits agree; both steps are timed.
+    mod = bench('reference')
+    report = mod.main(QUICK)
+    text = '\n'.join(report.parts)
+    row = [line for line in text.splitlines() if line.startswith('| LeCT v1')]
+    assert len(row) == 1
+    cells = [c.strip() for c in row[0].strip('|').split('|')]
+    assert len(cells) == 8
+    assert float(cells[1]) < 1e-4
+    assert cells[4].endswith('×') and cells[7].endswith('×')
+
+
+def test_measure_interleaved_takes_turns(bench):
+    common = bench('_common')
+    calls = []
+    stats = common.measure_interleaved(
+        [lambda: calls.append('a'), lambda: calls.append('b')],
+        torch.device('cpu'), warmup=1, repeats=2)
+    assert calls == ['a', 'b'] * 3
+    assert [len(s.times) for s in stats] == [2, 2]

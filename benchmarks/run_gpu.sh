@@ -113,6 +113,8 @@ step 06_resolution_b1 45 resolution_scaling.py --batch-size 1
 step 06_resolution_b16 60 resolution_scaling.py --batch-size 16
 # inference images/s, batch 1 and 64, fp32 and bf16
 step 07_inference 60 inference.py
+# lect_mm vs the reference-layout LeCT, same weights, in turns
+step 07b_reference 60 reference.py
 # torch.compile last: compilation time is the least predictable
 step 08_train_bf16_compile 150 train_throughput.py --amp --compile \
   --models LeCT ResNet --warmup 3

@@ -192,5 +192,5 @@ def test_measure_interleaved_takes_turns(bench):
     stats = common.measure_interleaved(
         [lambda: calls.append('a'), lambda: calls.append('b')],
         torch.device('cpu'), warmup=1, repeats=2)
-    assert calls == ['a', 'b'] * 3
+    assert calls == ['a', 'b', 'a', 'b', 'b', 'a']  # warm-up, then ABBA
     assert [len(s.times) for s in stats] == [2, 2]

@@ -529,9 +529,15 @@ class LeMSAv2(BaseModule):
 
         low = attend_and_upsample(self, self._pooled_heads(a),
                                   self._pooled_heads(b), v, (H, W))
-        out = rearrange(
-            torch.cat([high, low], dim=1), 'b c h w -> b (h w) c')
-        return self.proj_drop(self.proj(out))
+        # proj(concat[high, low]) as two products on the weight's column
+        # blocks: no concatenated map, no sliced gradients to copy back.
+        weight = self.proj.weight
+        out = F.linear(
+            rearrange(high, 'b c h w -> b (h w) c'), weight[:, :self.h_dim])
+        out = out + F.linear(
+            rearrange(low, 'b c h w -> b (h w) c'), weight[:, self.h_dim:],
+            self.proj.bias)
+        return self.proj_drop(out)
 
     def extra_repr(self) -> str:
         grid = (f'sr_ratio={self.sr_ratio}' if self.pool_size is None else

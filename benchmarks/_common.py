@@ -193,14 +193,15 @@ def count_params(model: torch.nn.Module) -> int:
 
 
 def compile_model(model: torch.nn.Module) -> torch.nn.Module:
-    """``torch.compile`` the backbone and neck in place (the heavy parts).
+    """``torch.compile`` the backbone and neck in place (the heavy parts),
+    as ``compile=True`` in a config does (``CompileModelHook``).
 
     The classifier's ``loss``/``predict`` logic (data samples, label
     concatenation) stays eager, so nothing breaks the compiled graphs.
     """
-    model.backbone = torch.compile(model.backbone)
-    if getattr(model, 'neck', None) is not None:
-        model.neck = torch.compile(model.neck)
+    from lect_mm.engine import compile_submodules
+
+    compile_submodules(model)
     return model
 
 

@@ -3,8 +3,8 @@ from .checkpoint import (MMENGINE_CHECKPOINT_GLOBALS,
 from .dist import (LAUNCHERS, distributed_context, setup_cpu_distributed,
                    teardown_distributed)
 from .errors import ConfigError, explain_config_error, explain_config_errors
-from .hooks import (CompileModelHook, RNGStateHook, get_rng_state,
-                    set_rng_state)
+from .hooks import (CompileModelHook, RNGStateHook, compile_submodules,
+                    get_rng_state, set_rng_state)
 from .optim_wrapper import DeviceAmpOptimWrapper
 
 allow_mmengine_checkpoints()
@@ -13,6 +13,7 @@ __all__ = [
     'MMENGINE_CHECKPOINT_GLOBALS', 'allow_mmengine_checkpoints', 'LAUNCHERS',
     'distributed_context', 'setup_cpu_distributed', 'teardown_distributed',
     'ConfigError', 'explain_config_error', 'explain_config_errors',
-    'CompileModelHook', 'RNGStateHook', 'get_rng_state', 'set_rng_state',
+    'CompileModelHook', 'RNGStateHook', 'compile_submodules',
+    'get_rng_state', 'set_rng_state',
     'DeviceAmpOptimWrapper'
 ]

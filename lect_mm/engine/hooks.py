@@ -1,4 +1,5 @@
-"""Hooks that make an interrupted run resumable without changing its result."""
+"""Hooks: exact resume (``RNGStateHook``) and in-place compilation of the
+model's heavy submodules (``CompileModelHook``)."""
 import random
 from typing import Optional
 
@@ -89,6 +90,44 @@ class RNGStateHook(Hook):
             set_rng_state(self._state)
 
 
+def compile_submodules(model: torch.nn.Module,
+                       targets=('backbone', 'neck'),
+                       **compile_kwargs) -> list:
+    """``nn.Module.compile`` the named submodules of ``model`` in place.
+
+    In place, so the module tree and the ``state_dict`` keys do not change
+    (``torch.compile(module)`` would wrap it and prefix ``_orig_mod.``).
+
+    Args:
+        model (nn.Module): The model, unwrapped (no DDP wrapper).
+        targets (Sequence[str]): Attribute names of the submodules; one
+            that is None on the model is skipped, a name the model lacks
+            raises. Defaults to ``('backbone', 'neck')``.
+        **compile_kwargs: Passed to ``torch.compile``.
+
+    Returns:
+        list[str]: The names that were compiled.
+    """
+    if not hasattr(torch.nn.Module, 'compile'):
+        raise RuntimeError('Compiling in place needs torch >= 2.2 '
+                           f'(nn.Module.compile); this is torch '
+                           f'{torch.__version__}.')
+    if isinstance(targets, str):
+        targets = (targets, )
+    compiled = []
+    for name in targets:
+        if not hasattr(model, name):
+            raise AttributeError(
+                f'{type(model).__name__} has no submodule {name!r} to '
+                f'compile (targets={tuple(targets)}).')
+        module = getattr(model, name)
+        if module is None:
+            continue
+        module.compile(**compile_kwargs)
+        compiled.append(name)
+    return compiled
+
+
 @HOOKS.register_module()
 class CompileModelHook(Hook):
     """``torch.compile`` the model's heavy submodules in place, once per run.
@@ -131,21 +170,8 @@ class CompileModelHook(Hook):
 
         model = runner.model.module if is_model_wrapper(
             runner.model) else runner.model
-        if not hasattr(torch.nn.Module, 'compile'):
-            raise RuntimeError('CompileModelHook needs torch >= 2.2 '
-                               '(nn.Module.compile); this is torch '
-                               f'{torch.__version__}.')
-        compiled = []
-        for name in self.targets:
-            if not hasattr(model, name):
-                raise AttributeError(
-                    f'CompileModelHook: {type(model).__name__} has no '
-                    f'submodule {name!r} (targets={self.targets}).')
-            module = getattr(model, name)
-            if module is None:
-                continue
-            module.compile(**self.compile_kwargs)
-            compiled.append(name)
+        compiled = compile_submodules(model, self.targets,
+                                      **self.compile_kwargs)
         runner.logger.info(
             f'torch.compile({self.compile_kwargs or ""}) on '
             f'{", ".join(compiled)}: the first iterations, and the first one '

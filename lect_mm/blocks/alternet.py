@@ -21,7 +21,6 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 import torch.utils.checkpoint as cp
 from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
@@ -29,8 +28,7 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
-
-ATTENTION_IMPLS = ('fused', 'literal')
+from .utils import IMPLS, attend, check_choice
 
 
 def _drop_path(rate: float) -> nn.Module:
@@ -87,9 +85,7 @@ class WindowAttention2d(BaseModule):
                  impl: str = 'fused',
                  init_cfg: Optional[dict] = None):
         super().__init__(init_cfg=init_cfg)
-        if impl not in ATTENTION_IMPLS:
-            raise ValueError(f'Unsupported impl {impl!r}; choose from '
-                             f'{list(ATTENTION_IMPLS)}.')
+        check_choice(impl, IMPLS, 'impl')
         if window_size < 1:
             raise ValueError(f'window_size must be >= 1, got {window_size}.')
         out_channels = out_channels or in_channels
@@ -150,14 +146,9 @@ class WindowAttention2d(BaseModule):
             rearrange(t, to_windows, nh=self.num_heads, p1=p, p2=p)
             for t in self.kv(x).chunk(2, dim=1))
         bias = self.relative_position_bias().to(q.dtype)
-        attn_drop = self.attn_drop if self.training else 0.
-        if self.impl == 'fused':
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=bias, dropout_p=attn_drop)
-        else:
-            attn = (q * self.scale) @ k.transpose(-2, -1) + bias
-            attn = F.dropout(attn.softmax(dim=-1), attn_drop)
-            out = attn @ v
+        out, _ = attend(q, k, v, self.scale,
+                        self.attn_drop if self.training else 0., self.impl,
+                        bias=bias)
         out = rearrange(
             out,
             '(b n1 n2) nh (p1 p2) d -> b (nh d) (n1 p1) (n2 p2)',

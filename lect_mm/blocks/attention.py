@@ -8,13 +8,11 @@ from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from einops import rearrange
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
-
-IMPLS = ('fused', 'literal')
+from .utils import IMPLS, attend, check_choice
 
 
 @MODELS.register_module()
@@ -55,9 +53,7 @@ class MultiheadSelfAttention(BaseModule):
         if embed_dims % num_heads != 0:
             raise ValueError(f'embed_dims ({embed_dims}) must be divisible '
                              f'by num_heads ({num_heads}).')
-        if impl not in IMPLS:
-            raise ValueError(
-                f'Unsupported impl {impl!r}; choose from {list(IMPLS)}.')
+        check_choice(impl, IMPLS, 'impl')
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.impl = impl
@@ -80,22 +76,11 @@ class MultiheadSelfAttention(BaseModule):
         q, k, v = rearrange(
             self.qkv(x), 'b n (three m d) -> three b m n d', three=3,
             m=self.num_heads)
-        if self.impl == 'literal':
-            attn = ((q @ k.transpose(-2, -1)) * self.scale).softmax(dim=-1)
-            if self.return_attn_map:
-                self.attn_map = attn.detach()
-            out = self.attn_drop(attn) @ v
-        else:
-            out = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                dropout_p=self.attn_drop.p if self.training else 0.,
-                scale=self.scale)
-            if self.return_attn_map:
-                with torch.no_grad():
-                    self.attn_map = ((q @ k.transpose(-2, -1)) *
-                                     self.scale).softmax(dim=-1)
+        out, attn_map = attend(
+            q, k, v, self.scale, self.attn_drop.p if self.training else 0.,
+            self.impl, need_map=self.return_attn_map)
+        if self.return_attn_map:
+            self.attn_map = attn_map
         out = rearrange(out, 'b m n d -> b n (m d)')
         return self.proj_drop(self.proj(out))
 

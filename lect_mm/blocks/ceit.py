@@ -19,7 +19,7 @@ from mmpretrain.registry import MODELS
 
 from .attention import MultiheadSelfAttention
 from .ffn import LeFFN
-from .utils import build_attention
+from .utils import attend, build_attention
 
 
 @MODELS.register_module()
@@ -237,16 +237,8 @@ class LCAttention(MultiheadSelfAttention):
         q = rearrange(q, 'b n (m d) -> b m n d', m=self.num_heads)
         k, v = rearrange(
             kv, 'b n (two m d) -> two b m n d', two=2, m=self.num_heads)
-        if self.impl == 'literal':
-            attn = ((q @ k.transpose(-2, -1)) * self.scale).softmax(dim=-1)
-            out = self.attn_drop(attn) @ v
-        else:
-            out = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                dropout_p=self.attn_drop.p if self.training else 0.,
-                scale=self.scale)
+        out, _ = attend(q, k, v, self.scale,
+                        self.attn_drop.p if self.training else 0., self.impl)
         out = rearrange(out, 'b m n d -> b n (m d)')
         return self.proj_drop(self.proj(out))
 

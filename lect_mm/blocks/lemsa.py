@@ -24,16 +24,9 @@ from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 from .upsample import SVConvTransposeUpsampler, check_resize_mode, resize
+from .utils import IMPLS, attend, check_choice
 
-IMPLS = ('fused', 'literal')
 QKV_MODES = ('sequential', 'parallel')
-
-
-def _check_choice(value, choices, name):
-    if value not in choices:
-        raise ValueError(
-            f'Unsupported {name} {value!r}; choose from {list(choices)}.')
-    return value
 
 
 def _check_pooling(sr_ratio, pool_size):
@@ -139,16 +132,9 @@ def upsampled_key_attention(q: torch.Tensor,
     k_up = rearrange(
         resize(k_map, hw_shape, mode), 'b (m d) h w -> b m (h w) d',
         m=num_heads)
-    out = F.scaled_dot_product_attention(
-        q,
-        k_up,
-        v,
-        dropout_p=dropout.p if dropout.training else 0.,
-        scale=scale)
-    if need_map:
-        with torch.no_grad():
-            attn_map = ((q @ k_up.transpose(-2, -1)) * scale).softmax(-1)
-    return out, attn_map
+    return attend(q, k_up, v, scale,
+                  dropout.p if dropout.training else 0., 'fused',
+                  need_map=need_map)
 
 
 def heads_to_map(x: torch.Tensor, h: int) -> torch.Tensor:
@@ -318,8 +304,8 @@ class LeMSA(BaseModule):
                              f'by num_heads ({num_heads}).')
         self.sr_ratio, self.pool_size = _check_pooling(sr_ratio, pool_size)
         self.key_upsample = check_resize_mode(key_upsample, 'key_upsample')
-        self.impl = _check_choice(impl, IMPLS, 'impl')
-        self.qkv_mode = _check_choice(qkv_mode, QKV_MODES, 'qkv_mode')
+        self.impl = check_choice(impl, IMPLS, 'impl')
+        self.qkv_mode = check_choice(qkv_mode, QKV_MODES, 'qkv_mode')
         self.embed_dims = embed_dims
         self.num_heads = num_heads
         self.conv_skip = conv_skip
@@ -460,7 +446,7 @@ class LeMSAv2(BaseModule):
         super().__init__(init_cfg=init_cfg)
         self.sr_ratio, self.pool_size = _check_pooling(sr_ratio, pool_size)
         self.key_upsample = check_resize_mode(key_upsample, 'key_upsample')
-        self.impl = _check_choice(impl, IMPLS, 'impl')
+        self.impl = check_choice(impl, IMPLS, 'impl')
         self.h_dim = int(embed_dims * h_ratio)
         self.l_dim = embed_dims - self.h_dim
         if not 0 < self.h_dim < embed_dims:

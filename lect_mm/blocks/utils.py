@@ -8,9 +8,11 @@ be named without passing it arguments it does not know.
 """
 import copy
 import inspect
-from typing import Optional
+from typing import Optional, Tuple
 
+import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from mmpretrain.registry import MODELS
 
@@ -88,3 +90,63 @@ def build_attention(attn_cfg: dict, embed_dims: int, num_heads: int,
         proj_drop=proj_drop,
         impl=impl)
     return MODELS.build(cfg, default_args=dict(embed_dims=embed_dims))
+
+
+#: The attention implementations every attention block offers.
+IMPLS = ('fused', 'literal')
+
+
+def check_choice(value, choices, name: str):
+    """Return ``value`` if it is one of ``choices``, else a ValueError that
+    names the argument and the valid choices."""
+    if value not in choices:
+        raise ValueError(
+            f'Unsupported {name} {value!r}; choose from {list(choices)}.')
+    return value
+
+
+def attend(q: torch.Tensor,
+           k: torch.Tensor,
+           v: torch.Tensor,
+           scale: float,
+           dropout_p: float = 0.,
+           impl: str = 'fused',
+           bias: Optional[torch.Tensor] = None,
+           need_map: bool = False
+           ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Softmax attention over the last two axes, shared by the blocks.
+
+    ``softmax(q kᵀ · scale + bias) v`` with dropout ``dropout_p`` on the
+    weights (pass 0 in eval mode). ``impl='fused'`` runs
+    :func:`torch.nn.functional.scaled_dot_product_attention`;
+    ``impl='literal'`` writes the softmax out.
+
+    Args:
+        q, k, v (torch.Tensor): ``(..., Nq, d)``, ``(..., Nk, d)``,
+            ``(..., Nk, dv)``.
+        scale (float): Logit scale.
+        dropout_p (float): Attention dropout. Defaults to 0.
+        impl (str): ``'fused'`` or ``'literal'``. Defaults to 'fused'.
+        bias (torch.Tensor, optional): Additive logit bias (e.g. relative
+            positions), broadcast to ``(..., Nq, Nk)``.
+        need_map (bool): Also return the softmaxed map (before dropout,
+            detached); the fused path computes it separately, only then.
+
+    Returns:
+        tuple: The output ``(..., Nq, dv)`` and the map or None.
+    """
+
+    def weights() -> torch.Tensor:
+        logits = (q @ k.transpose(-2, -1)) * scale
+        return (logits if bias is None else logits + bias).softmax(dim=-1)
+
+    if impl == 'literal':
+        attn = weights()
+        attn_map = attn.detach() if need_map else None
+        return F.dropout(attn, dropout_p) @ v, attn_map
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
+    if not need_map:
+        return out, None
+    with torch.no_grad():
+        return out, weights()

@@ -64,7 +64,7 @@ def test_out_indices_shapes():
     with torch.no_grad():
         outs = model(torch.randn(2, 3, 72, 120))
     assert [o.shape for o in outs] == [(2, 64, 18, 30), (2, 192, 5, 8)]
-    with pytest.raises(ValueError, match='out of range'):
+    with pytest.raises(ValueError, match='Invalid out_indices 3 for 3 stages'):
         LeCT('v1', out_indices=(3, ))
 
 

@@ -19,7 +19,8 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import accepted_args, set_defaults
-from lect_mm.models.utils import FreezeNormEvalMixin, parse_arch
+from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
+                                  parse_out_indices)
 
 
 def merge_cfg(base: dict, override: Optional[dict]) -> dict:
@@ -241,7 +242,8 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         self.embed_dims = list(arch['embed_dims'])
         self.num_stages = len(self.embed_dims)
         self.img_size = self._pair(img_size, 'img_size')
-        self.out_indices = self._parse_out_indices(out_indices)
+        self.out_indices = tuple(
+            parse_out_indices(out_indices, self.num_stages, 'stages'))
         if not isinstance(frozen_stages, int) or not (
                 -1 <= frozen_stages < self.num_stages):
             raise ValueError(
@@ -308,18 +310,6 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                     f'arch[{key!r}] has {len(arch[key])} entries; every '
                     f'per-stage list needs {num_stages} (len(embed_dims)).')
         return arch
-
-    def _parse_out_indices(self, out_indices) -> Tuple[int, ...]:
-        if isinstance(out_indices, int):
-            out_indices = [out_indices]
-        parsed = []
-        for index in out_indices:
-            if not -self.num_stages <= index < self.num_stages:
-                raise ValueError(
-                    f'out_indices entry {index} is out of range for '
-                    f'{self.num_stages} stages.')
-            parsed.append(index % self.num_stages)
-        return tuple(parsed)
 
     @staticmethod
     def _pair(value, name) -> Tuple[int, int]:

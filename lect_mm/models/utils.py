@@ -4,8 +4,11 @@ A backbone file does not import another backbone file; what several of them
 repeat lives here instead.
 """
 import copy
-from typing import Iterable, List, Mapping, Sequence, Union
+from typing import Iterable, List, Mapping, Sequence, Tuple, Union
 
+import torch
+import torch.nn as nn
+import torch.utils.checkpoint as cp
 from torch.nn.modules.batchnorm import _BatchNorm
 
 
@@ -66,6 +69,15 @@ def parse_out_indices(out_indices: Union[int, Sequence[int]],
                              f'{num_layers} {unit}')
         parsed.append(i)
     return sorted(set(parsed))
+
+
+def run_block(block: nn.Module, x: torch.Tensor, hw_shape: Tuple[int, int],
+              with_cp: bool) -> torch.Tensor:
+    """``block(x, hw_shape)``, under gradient checkpointing when ``with_cp``
+    and ``x`` needs gradients (the backbones' ``with_cp`` switch)."""
+    if with_cp and x.requires_grad:
+        return cp.checkpoint(block, x, hw_shape, use_reentrant=False)
+    return block(x, hw_shape)
 
 
 class FreezeNormEvalMixin:

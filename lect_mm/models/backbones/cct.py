@@ -3,7 +3,6 @@ from typing import Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint as cp
 from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmengine.model.weight_init import trunc_normal_
@@ -12,7 +11,7 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
 from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
-                                  parse_out_indices)
+                                  parse_out_indices, run_block)
 
 
 def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
@@ -238,10 +237,7 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
 
         outs = []
         for i, layer in enumerate(self.layers):
-            if self.with_cp and x.requires_grad:
-                x = cp.checkpoint(layer, x, hw_shape, use_reentrant=False)
-            else:
-                x = layer(x, hw_shape)
+            x = run_block(layer, x, hw_shape, self.with_cp)
             if i == self.num_layers - 1:
                 x = self.norm(x)
             if i in self.out_indices:

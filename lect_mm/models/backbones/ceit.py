@@ -3,7 +3,6 @@ from typing import Sequence, Union
 
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint as cp
 from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmengine.model.weight_init import trunc_normal_
@@ -13,7 +12,7 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
 from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
-                                  parse_out_indices)
+                                  parse_out_indices, run_block)
 
 
 @MODELS.register_module()
@@ -291,10 +290,7 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
 
         outs, cls_tokens = [], []
         for i, layer in enumerate(self.layers):
-            if self.with_cp and x.requires_grad:
-                x = cp.checkpoint(layer, x, hw_shape, use_reentrant=False)
-            else:
-                x = layer(x, hw_shape)
+            x = run_block(layer, x, hw_shape, self.with_cp)
             if self.num_extra_tokens:
                 cls_tokens.append(x[:, 0])
             if i in self.out_indices:

@@ -10,7 +10,6 @@ import copy
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.utils.checkpoint as cp
 from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule, ModuleList
@@ -20,7 +19,7 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import accepted_args, set_defaults
 from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
-                                  parse_out_indices)
+                                  parse_out_indices, run_block)
 
 
 def merge_cfg(base: dict, override: Optional[dict]) -> dict:
@@ -102,10 +101,7 @@ class LeCTStage(BaseModule):
         """(B, C_in, H_in, W_in) map -> normalised (B, C, H, W) map."""
         x, hw_shape = self.patch_embed(x)
         for block in self.blocks:
-            if self.with_cp and x.requires_grad:
-                x = cp.checkpoint(block, x, hw_shape, use_reentrant=False)
-            else:
-                x = block(x, hw_shape)
+            x = run_block(block, x, hw_shape, self.with_cp)
         x = self.norm(x)
         return rearrange(
             x, 'b (h w) c -> b c h w', h=hw_shape[0], w=hw_shape[1])

@@ -3,14 +3,13 @@ from typing import Sequence, Union
 
 import torch
 import torch.nn as nn
-import torch.utils.checkpoint as cp
 from einops import rearrange
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
 from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
-                                  parse_out_indices)
+                                  parse_out_indices, run_block)
 
 
 class _ViTAEStage(nn.Module):
@@ -216,10 +215,7 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
         for i, stage in enumerate(self.stages):
             x, hw_shape = stage.rc(x, hw_shape)
             for nc in stage.ncs:
-                if self.with_cp and x.requires_grad:
-                    x = cp.checkpoint(nc, x, hw_shape, use_reentrant=False)
-                else:
-                    x = nc(x, hw_shape)
+                x = run_block(nc, x, hw_shape, self.with_cp)
             if i in self.out_indices:
                 outs.append(
                     rearrange(

@@ -227,6 +227,30 @@ def num_classes_of(model: torch.nn.Module) -> int:
     return int(getattr(model.head, 'num_classes', 10))
 
 
+def build_report_optim_wrapper(model: torch.nn.Module,
+                               device: torch.device,
+                               amp: bool = False,
+                               max_norm: float = 5.0):
+    """mmengine's optim wrapper with the report's settings (SPEC §8).
+
+    ``build_optim_wrapper`` of AdamW (lr 1e-3, weight decay 0.05) with
+    ``clip_grad=dict(max_norm=5)``; with ``amp`` lect_mm's
+    ``DeviceAmpOptimWrapper`` with ``dtype='bfloat16'``.
+    """
+    from mmengine.optim import build_optim_wrapper
+
+    cfg = dict(
+        type='OptimWrapper',
+        optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
+        clip_grad=dict(max_norm=max_norm))
+    if amp:
+        cfg.update(type='DeviceAmpOptimWrapper', dtype='bfloat16')
+    # DeviceAmpOptimWrapper picks CPU or CUDA from mmengine's get_device.
+    if device.type == 'cuda':
+        torch.cuda.set_device(device)
+    return build_optim_wrapper(model, cfg)
+
+
 class TrainStep:
     """One training iteration as mmengine's runner runs it (SPEC §8).
 
@@ -256,21 +280,11 @@ class TrainStep:
                  amp: bool = False,
                  channels_last: bool = False,
                  max_norm: float = 5.0) -> None:
-        from mmengine.optim import build_optim_wrapper
-
         self.model = model
         self.device = device
         self.channels_last = channels_last
-        cfg = dict(
-            type='OptimWrapper',
-            optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
-            clip_grad=dict(max_norm=max_norm))
-        if amp:
-            cfg.update(type='DeviceAmpOptimWrapper', dtype='bfloat16')
-        # DeviceAmpOptimWrapper picks CPU or CUDA from mmengine's get_device.
-        if device.type == 'cuda':
-            torch.cuda.set_device(device)
-        self.optim_wrapper = build_optim_wrapper(model, cfg)
+        self.optim_wrapper = build_report_optim_wrapper(
+            model, device, amp, max_norm)
 
     def __call__(self, inputs: torch.Tensor, data_samples: list):
         if self.channels_last:

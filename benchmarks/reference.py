@@ -11,9 +11,9 @@ implementation of the same network. For each variant the script
    ``tools/model_converters/lect_ref2mmpretrain.py`` and loads them into
    lect_mm's classifier (strict);
 2. checks the logits agree (eval mode, the largest absolute difference);
-3. times one training step of each, both in the same plain loop
-   (forward, cross-entropy, backward, clip 5, AdamW), dropout and drop path
-   off in lect_mm because the reference has none;
+3. times one training step of each, both the same way (forward,
+   cross-entropy, then mmengine's optim wrapper: backward, clip 5, AdamW),
+   dropout and drop path off in lect_mm because the reference has none;
 4. times inference (eval, ``torch.inference_mode``).
 
 Examples::
@@ -31,7 +31,8 @@ from typing import Dict
 import torch
 import torch.nn.functional as F
 
-from _common import (REPO_ROOT, Report, add_common_args, machine_header,
+from _common import (REPO_ROOT, Report, add_common_args,
+                     build_report_optim_wrapper, machine_header,
                      markdown_table, measure_interleaved, setup)
 
 VARIANTS = ('v1', 'v2', 'v3')
@@ -101,21 +102,18 @@ def build_pair(variant: str, num_classes: int = 10):
 
 
 class PlainStep:
-    """forward → cross-entropy → backward → clip 5 → AdamW, for any model
-    that returns logits from ``forward_fn(x)``."""
+    """forward → cross-entropy → the report's optim wrapper
+    (``update_params``: backward, clip 5, AdamW), for any model that
+    returns logits from ``forward_fn()``."""
 
     def __init__(self, model, forward_fn, labels):
-        self.model, self.forward_fn, self.labels = model, forward_fn, labels
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=1e-3, weight_decay=0.05)
+        self.forward_fn, self.labels = forward_fn, labels
+        self.optim_wrapper = build_report_optim_wrapper(
+            model, labels.device)
 
     def __call__(self):
-        loss = F.cross_entropy(self.forward_fn(), self.labels)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.params, 5.)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optim_wrapper.update_params(
+            F.cross_entropy(self.forward_fn(), self.labels))
 
 
 def run_variant(variant: str, args, device: torch.device) -> Dict:
@@ -188,8 +186,9 @@ def main(argv=None) -> Report:
     report.add('Same weights in both (converted by '
                'tools/model_converters/lect_ref2mmpretrain.py, loaded '
                'strictly); the difference is of the eval-mode logits on two '
-               'images. Train step: the same plain loop for both (forward, '
-               'cross-entropy, backward, clip 5, AdamW), dropout and drop '
+               'images. Train step: the same for both (forward, '
+               'cross-entropy, mmengine optim wrapper: backward, clip 5, '
+               'AdamW), dropout and drop '
                'path off in lect_mm as the reference has none. The two are '
                'timed in turns; medians [IQR].')
     report.add('')

@@ -2,6 +2,7 @@ from .alternet import AlterNetMSABlock, PreActBasicBlock, WindowAttention2d
 from .attention import MultiheadSelfAttention
 from .cct import CCTEncoderLayer, CCTTokenizer, SeqPool
 from .ceit import CeiTBlock, CeiTLeFF, Image2Tokens, LCABlock, LCAttention
+from .dropout import FastDropout
 from .embed import ConvPatchEmbed
 from .ffn import LeFFN
 from .lect_block import LeCTBlock
@@ -11,7 +12,8 @@ from .upsample import (ResizeDWConvUpsampler, ResizeUpsampler,
 from .vitae import PCM, PRM, NormalCell, ReductionCell, TokenPerformer
 
 __all__ = [
-    'MultiheadSelfAttention', 'ConvPatchEmbed', 'LeFFN', 'LeCTBlock', 'LeMSA',
+    'MultiheadSelfAttention', 'ConvPatchEmbed', 'FastDropout', 'LeFFN',
+    'LeCTBlock', 'LeMSA',
     'LeMSAv2', 'ResizeUpsampler', 'ResizeDWConvUpsampler',
     'SVConvTransposeUpsampler',
     'AlterNetMSABlock', 'PreActBasicBlock', 'WindowAttention2d',

@@ -28,6 +28,7 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
+from .dropout import FastDropout
 from .utils import IMPLS, attend, check_choice
 
 
@@ -100,7 +101,7 @@ class WindowAttention2d(BaseModule):
         self.q = nn.Conv2d(in_channels, inner_dims, 1, bias=False)
         self.kv = nn.Conv2d(in_channels, 2 * inner_dims, 1, bias=False)
         self.proj = nn.Conv2d(inner_dims, out_channels, 1)
-        self.proj_drop = nn.Dropout(proj_drop)
+        self.proj_drop = FastDropout(proj_drop)
 
         table_side = 2 * window_size - 1
         self.relative_position_bias_table = nn.Parameter(

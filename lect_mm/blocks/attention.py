@@ -12,6 +12,7 @@ from einops import rearrange
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
+from .dropout import FastDropout
 from .utils import IMPLS, attend, check_choice
 
 
@@ -59,9 +60,9 @@ class MultiheadSelfAttention(BaseModule):
         self.impl = impl
         self.scale = qk_scale or (embed_dims // num_heads)**-0.5
         self.qkv = nn.Linear(embed_dims, embed_dims * 3, bias=qkv_bias)
-        self.attn_drop = nn.Dropout(attn_drop)
+        self.attn_drop = FastDropout(attn_drop)
         self.proj = nn.Linear(embed_dims, embed_dims)
-        self.proj_drop = nn.Dropout(proj_drop)
+        self.proj_drop = FastDropout(proj_drop)
         self.return_attn_map = False
         self.attn_map = None
 

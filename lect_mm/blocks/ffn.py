@@ -12,6 +12,7 @@ from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
+from .dropout import FastDropout
 
 
 @MODELS.register_module()
@@ -71,7 +72,7 @@ class LeFFN(BaseModule):
         self.conv3 = nn.Conv2d(hidden, embed_dims, 1)
         self.bn3 = norm(embed_dims)
         self.act = build_activation_layer(act_cfg)
-        self.drop = nn.Dropout(ffn_drop)
+        self.drop = FastDropout(ffn_drop)
 
     def forward(self, x: torch.Tensor,
                 hw_shape: Tuple[int, int]) -> torch.Tensor:

@@ -23,6 +23,7 @@ from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
+from .dropout import FastDropout
 from .upsample import SVConvTransposeUpsampler, check_resize_mode, resize
 from .utils import IMPLS, attend, check_choice
 
@@ -315,11 +316,11 @@ class LeMSA(BaseModule):
         self.conv1 = _conv_bn(embed_dims, kernel_size, qkv_bias, norm_cfg)
         self.conv2 = _conv_bn(embed_dims, kernel_size, qkv_bias, norm_cfg)
         self.act = build_activation_layer(act_cfg)
-        self.attn_drop = nn.Dropout(attn_drop)
+        self.attn_drop = FastDropout(attn_drop)
         self.query_upsampler = _build_query_upsampler(
             query_upsampler, embed_dims, self.sr_ratio, self.pool_size)
         self.proj = nn.Linear(embed_dims, embed_dims)
-        self.proj_drop = nn.Dropout(proj_drop)
+        self.proj_drop = FastDropout(proj_drop)
         self.return_attn_map = False
         self.attn_map = None
 
@@ -471,11 +472,11 @@ class LeMSAv2(BaseModule):
             nn.Conv2d(self.l_dim, self.h_dim, 1, bias=True),
             build_norm_layer(norm_cfg, self.h_dim)[1])
         self.act = build_activation_layer(act_cfg)
-        self.attn_drop = nn.Dropout(attn_drop)
+        self.attn_drop = FastDropout(attn_drop)
         self.query_upsampler = _build_query_upsampler(
             query_upsampler, self.l_dim, self.sr_ratio, self.pool_size)
         self.proj = nn.Linear(embed_dims, embed_dims)
-        self.proj_drop = nn.Dropout(proj_drop)
+        self.proj_drop = FastDropout(proj_drop)
         self.return_attn_map = False
         self.attn_map = None
 

@@ -18,6 +18,7 @@ from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule, Sequential
 from mmpretrain.registry import MODELS
 
+from .dropout import FastDropout
 from .utils import build_attention
 
 RC_TOKEN_TYPES = ('performer', 'performer_less')
@@ -213,7 +214,7 @@ class TokenPerformer(BaseModule):
         self.norm1 = build_norm_layer(norm_cfg, in_channels)[1]
         self.kqv = nn.Linear(in_channels, 3 * embed_dims)
         self.proj = nn.Linear(embed_dims, embed_dims)
-        self.proj_drop = nn.Dropout(proj_drop)
+        self.proj_drop = FastDropout(proj_drop)
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.mlp = FFN(
             embed_dims=embed_dims,

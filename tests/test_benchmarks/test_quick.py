@@ -95,6 +95,19 @@ def test_train_throughput_profile(bench):
     assert '| LeMSA |' in text and '| LeFFN |' in text
 
 
+def test_dropout(bench):
+    mod = bench('dropout')
+    report = mod.main(QUICK + ['--models', 'LeCT', 'ResNet'])
+    text = '\n'.join(report.parts)
+    calls = _table_rows(text, 'backbone.stages.0.blocks.0.ffn.drop')
+    assert len(calls) == 2  # LeFFN drops twice: hidden map and output
+    assert '| channels_last | 0.1 |' in calls[0]
+    assert '### LeCT: whole training step (15 dropout modules swapped)' \
+        in text
+    assert len(_table_rows(text, 'FastDropout')) == 1
+    assert '### ResNet: no dropout with p > 0, skipped' in text
+
+
 def test_resolution_scaling(bench, tmp_path):
     mod = bench('resolution_scaling')
     mod.main(QUICK + ['--out', str(tmp_path)])

@@ -10,6 +10,7 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
+from lect_mm.blocks.dropout import FastDropout
 from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
                                   parse_out_indices, run_block)
 
@@ -175,7 +176,7 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
                 requires_grad=False)
         else:
             self.pos_embed = None
-        self.drop_after_pos = nn.Dropout(p=drop_rate)
+        self.drop_after_pos = FastDropout(p=drop_rate)
 
         dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
         self.layers = nn.ModuleList([

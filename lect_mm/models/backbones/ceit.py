@@ -11,6 +11,7 @@ from mmpretrain.models.utils import resize_pos_embed
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
+from lect_mm.blocks.dropout import FastDropout
 from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
                                   parse_out_indices, run_block)
 
@@ -179,7 +180,7 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
         self.pos_embed = nn.Parameter(
             torch.zeros(1, num_patches + self.num_extra_tokens,
                         self.embed_dims))
-        self.drop_after_pos = nn.Dropout(p=drop_rate)
+        self.drop_after_pos = FastDropout(p=drop_rate)
 
         dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
         self.layers = nn.ModuleList([

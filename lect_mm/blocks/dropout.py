@@ -35,7 +35,8 @@ class FastDropout(nn.Dropout):
     the input exactly, as with ``nn.Dropout``. Each 32-bit draw of the
     generator gives two such integers, and the mask costs about a third
     of ``bernoulli_``'s.
-    Only the boolean mask is kept for backward, as in ``nn.Dropout``.
+    Like ``nn.Dropout`` on the CPU, it keeps the scaled mask (in ``x``'s
+    dtype) for backward.
     lect_mm's blocks use it for all their dropouts (the report's drop rate
     0.1 on the LeMSA and LeFFN outputs, SPEC §4 and §7).
 
@@ -66,9 +67,9 @@ class FastDropout(nn.Dropout):
         bits = torch.empty((n + 1) // 2, dtype=torch.int32).random_()
         bits = bits.view(torch.int16)[:n].bitwise_and_(_LEVELS - 1)
         # The mask takes x's memory layout (the draws are i.i.d., so any
-        # dense layout is a valid mask), so ``where`` reads both densely.
-        keep = torch.empty_like(x, dtype=torch.bool)
-        torch.ge(bits, threshold, out=keep.as_strided((n, ), (1, )))
-        # ``where`` saves only the mask for backward; scaling its fresh
-        # output in place saves an allocation.
-        return torch.where(keep, x, 0.).mul_(_LEVELS / (_LEVELS - threshold))
+        # dense layout is a valid mask), so the product reads both densely.
+        # As in nn.Dropout's CPU path, the scaled mask is a tensor of x's
+        # dtype, which backward multiplies the gradient with.
+        mask = torch.empty_like(x)
+        torch.ge(bits, threshold, out=mask.as_strided((n, ), (1, )))
+        return x * mask.mul_(_LEVELS / (_LEVELS - threshold))

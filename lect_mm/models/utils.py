@@ -71,6 +71,25 @@ def parse_out_indices(out_indices: Union[int, Sequence[int]],
     return sorted(set(parsed))
 
 
+def check_frozen_stages(frozen_stages: int, max_stages: int) -> int:
+    """Return ``frozen_stages`` if it is an int in ``[-1, max_stages]``.
+
+    Args:
+        frozen_stages (int): The backbone's ``frozen_stages`` argument; -1
+            freezes nothing.
+        max_stages (int): The largest valid value (what it means is the
+            backbone's: its number of stages, or of blocks).
+
+    Returns:
+        int: ``frozen_stages``, unchanged.
+    """
+    if not isinstance(frozen_stages, int) or not (
+            -1 <= frozen_stages <= max_stages):
+        raise ValueError(f'frozen_stages must be in [-1, {max_stages}] (an '
+                         f'int; -1 freezes nothing), got {frozen_stages!r}.')
+    return frozen_stages
+
+
 def run_block(block: nn.Module, x: torch.Tensor, hw_shape: Tuple[int, int],
               with_cp: bool) -> torch.Tensor:
     """``block(x, hw_shape)``, under gradient checkpointing when ``with_cp``

@@ -88,6 +88,17 @@ def test_frozen_stages_and_norm_eval():
     assert model.layer3[0].conv1.training
 
 
+def test_frozen_stages_range():
+    model = AlterNet(arch=TINY, head_dims=8, frozen_stages=4)
+    frozen = [model.stem] + [getattr(model, f'layer{i}') for i in range(1, 5)]
+    assert not any(p.requires_grad for m in frozen for p in m.parameters())
+    assert model.norm3.weight.requires_grad  # the output norm is not a stage
+    for bad in (5, -2, 1.0):
+        with pytest.raises(ValueError,
+                           match=r'frozen_stages must be in \[-1, 4\]'):
+            AlterNet(arch=TINY, head_dims=8, frozen_stages=bad)
+
+
 def test_state_dict_round_trip():
     torch.manual_seed(0)
     a = AlterNet(arch=TINY, head_dims=8).eval()

@@ -76,6 +76,15 @@ def test_frozen_stages_and_norm_eval():
     assert model.layer2[0].conv1.training
 
 
+def test_frozen_stages_range():
+    model = NarrowResNet(frozen_stages=4)
+    assert not any(p.requires_grad for p in model.parameters())
+    for bad in (5, -2, 1.0):
+        with pytest.raises(ValueError,
+                           match=r'frozen_stages must be in \[-1, 4\]'):
+            NarrowResNet(frozen_stages=bad)
+
+
 def test_init_cfg_changes_weights_and_round_trip():
     torch.manual_seed(0)
     model = NarrowResNet(init_cfg=dict(type='Constant', val=0.5,

@@ -2,8 +2,8 @@
 import pytest
 import torch.nn as nn
 
-from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
-                                  parse_out_indices)
+from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
+                                  parse_arch, parse_out_indices)
 
 
 def test_parse_out_indices():
@@ -54,3 +54,13 @@ def test_parse_arch_copies_and_checks():
         parse_arch(dict(depths=[3]), zoo, ['depths', 'widths'])
     with pytest.raises(TypeError, match='arch must be a str or a dict'):
         parse_arch(3, zoo, ['depths'])
+
+
+def test_check_frozen_stages():
+    assert check_frozen_stages(-1, 4) == -1
+    assert check_frozen_stages(4, 4) == 4
+    for bad in (5, -2, 1.0, '1', None):
+        with pytest.raises(ValueError,
+                           match=r'frozen_stages must be in \[-1, 4\] \(an '
+                           r'int; -1 freezes nothing\), got '):
+            check_frozen_stages(bad, 4)

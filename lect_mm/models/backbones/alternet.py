@@ -17,8 +17,8 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.alternet import AlterNetMSABlock, PreActBasicBlock
-from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
-                                  parse_out_indices)
+from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
+                                  parse_arch, parse_out_indices)
 
 STEM_TYPES = ('conv7x7', 'conv3x3')
 
@@ -65,8 +65,9 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
         norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
         out_indices (Sequence[int] | int): Stages to output. Defaults to
             ``(3, )``.
-        frozen_stages (int): Freeze the stem (0) and stages ``1..k`` (k);
-            -1 freezes nothing. Defaults to -1.
+        frozen_stages (int): Freeze the stem (0) and stages ``1..k`` (k,
+            at most the number of stages); -1 freezes nothing. Defaults to
+            -1.
         norm_eval (bool): Keep BN layers in eval mode. Defaults to False.
         with_cp (bool): Gradient checkpointing in the blocks. Defaults to
             False.
@@ -134,7 +135,7 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
         self.num_stages = num_stages
         self.window_size = window_size
         self.out_indices = tuple(out_indices)
-        self.frozen_stages = frozen_stages
+        self.frozen_stages = check_frozen_stages(frozen_stages, num_stages)
         self.norm_eval = norm_eval
 
         stem_channels = self.channels[0]

@@ -12,8 +12,8 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
 from lect_mm.blocks.dropout import FastDropout
-from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
-                                  parse_out_indices, run_block)
+from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
+                                  parse_arch, parse_out_indices, run_block)
 
 
 @MODELS.register_module()
@@ -153,10 +153,8 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
                 "out_type='pooled' exists only after the last block "
                 f'(out_indices=-1); got {out_indices}. Use '
                 "out_type='featmap' for intermediate blocks.")
-        if not -1 <= frozen_stages <= self.num_layers:
-            raise ValueError(f'frozen_stages must be in [-1, '
-                             f'{self.num_layers}], got {frozen_stages}')
-        self.frozen_stages = frozen_stages
+        self.frozen_stages = check_frozen_stages(frozen_stages,
+                                                 self.num_layers)
         self.norm_eval = norm_eval
         self.with_cp = with_cp
 

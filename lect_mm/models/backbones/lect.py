@@ -18,8 +18,8 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import accepted_args, set_defaults
-from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
-                                  parse_out_indices, run_block)
+from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
+                                  parse_arch, parse_out_indices, run_block)
 
 
 def merge_cfg(base: dict, override: Optional[dict]) -> dict:
@@ -240,12 +240,8 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         self.img_size = self._pair(img_size, 'img_size')
         self.out_indices = tuple(
             parse_out_indices(out_indices, self.num_stages, 'stages'))
-        if not isinstance(frozen_stages, int) or not (
-                -1 <= frozen_stages < self.num_stages):
-            raise ValueError(
-                f'frozen_stages must be an int in [-1, {self.num_stages - 1}]'
-                f' (-1 freezes nothing), got {frozen_stages!r}.')
-        self.frozen_stages = frozen_stages
+        self.frozen_stages = check_frozen_stages(frozen_stages,
+                                                 self.num_stages - 1)
         self.norm_eval = norm_eval
 
         patch_cfgs = _per_stage(patch_cfg, self.num_stages, 'patch_cfg')

@@ -8,8 +8,8 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
-from lect_mm.models.utils import (FreezeNormEvalMixin, parse_arch,
-                                  parse_out_indices, run_block)
+from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
+                                  parse_arch, parse_out_indices, run_block)
 
 
 class _ViTAEStage(nn.Module):
@@ -144,10 +144,8 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
         self.num_stages = len(a['embed_dims'])
         self.out_indices = parse_out_indices(out_indices, self.num_stages,
                                              'stages')
-        if not -1 <= frozen_stages <= self.num_stages:
-            raise ValueError(f'frozen_stages must be in [-1, '
-                             f'{self.num_stages}], got {frozen_stages}')
-        self.frozen_stages = frozen_stages
+        self.frozen_stages = check_frozen_stages(frozen_stages,
+                                                 self.num_stages)
         self.norm_eval = norm_eval
         self.with_cp = with_cp
         self.out_channels = list(a['token_dims'])

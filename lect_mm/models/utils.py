@@ -4,7 +4,7 @@ A backbone file does not import another backbone file; what several of them
 repeat lives here instead.
 """
 import copy
-from typing import Iterable, List, Mapping, Sequence, Tuple, Union
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -88,6 +88,27 @@ def check_frozen_stages(frozen_stages: int, max_stages: int) -> int:
         raise ValueError(f'frozen_stages must be in [-1, {max_stages}] (an '
                          f'int; -1 freezes nothing), got {frozen_stages!r}.')
     return frozen_stages
+
+
+def freeze(*items: Optional[Union[nn.Module, nn.Parameter]]) -> None:
+    """Freeze what a backbone's ``_freeze_stages`` names.
+
+    A module is put in eval mode and its parameters stop taking gradients;
+    a bare parameter (a positional embedding, a class token) stops taking
+    gradients; None (a part the backbone did not build) is skipped.
+
+    Args:
+        *items (nn.Module | nn.Parameter | None): What to freeze.
+    """
+    for item in items:
+        if item is None:
+            continue
+        if isinstance(item, nn.Parameter):
+            item.requires_grad = False
+            continue
+        item.eval()
+        for param in item.parameters():
+            param.requires_grad = False
 
 
 def run_block(block: nn.Module, x: torch.Tensor, hw_shape: Tuple[int, int],

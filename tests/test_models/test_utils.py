@@ -1,9 +1,10 @@
-"""Helpers shared by the backbones: parse_arch, parse_out_indices, mixin."""
+"""Helpers shared by the backbones (lect_mm.models.utils)."""
 import pytest
+import torch
 import torch.nn as nn
 
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  parse_arch, parse_out_indices)
+                                  freeze, parse_arch, parse_out_indices)
 
 
 def test_parse_out_indices():
@@ -64,3 +65,14 @@ def test_check_frozen_stages():
                            match=r'frozen_stages must be in \[-1, 4\] \(an '
                            r'int; -1 freezes nothing\), got '):
             check_frozen_stages(bad, 4)
+
+
+def test_freeze_modules_parameters_and_none():
+    stage = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4))
+    token = nn.Parameter(torch.zeros(1, 4))
+    other = nn.Linear(4, 4)
+    freeze(stage, token, None)
+    assert not stage.training and not stage[1].training
+    assert not any(p.requires_grad for p in stage.parameters())
+    assert not token.requires_grad
+    assert other.training and other.weight.requires_grad

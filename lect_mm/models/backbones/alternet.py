@@ -18,7 +18,7 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.alternet import AlterNetMSABlock, PreActBasicBlock
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  parse_arch, parse_out_indices)
+                                  freeze, parse_arch, parse_out_indices)
 
 STEM_TYPES = ('conv7x7', 'conv3x3')
 
@@ -236,11 +236,6 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
 
     def _freeze_stages(self):
         if self.frozen_stages >= 0:
-            self.stem.eval()
-            for param in self.stem.parameters():
-                param.requires_grad = False
-        for i in range(1, self.frozen_stages + 1):
-            layer = getattr(self, f'layer{i}')
-            layer.eval()
-            for param in layer.parameters():
-                param.requires_grad = False
+            freeze(self.stem)
+        freeze(*(getattr(self, f'layer{i}')
+                 for i in range(1, self.frozen_stages + 1)))

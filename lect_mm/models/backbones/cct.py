@@ -12,7 +12,8 @@ from mmpretrain.registry import MODELS
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
 from lect_mm.blocks.dropout import FastDropout
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  parse_arch, parse_out_indices, run_block)
+                                  freeze, parse_arch, parse_out_indices,
+                                  run_block)
 
 
 def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
@@ -207,16 +208,10 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
     def _freeze_stages(self):
         if self.frozen_stages < 0:
             return
-        modules = [self.tokenizer, self.drop_after_pos]
-        modules += list(self.layers[:self.frozen_stages])
+        freeze(self.tokenizer, self.drop_after_pos, self.pos_embed,
+               *self.layers[:self.frozen_stages])
         if self.frozen_stages == self.num_layers:
-            modules += [m for m in (self.norm, self.seq_pool) if m is not None]
-        for m in modules:
-            m.eval()
-            for p in m.parameters():
-                p.requires_grad = False
-        if self.pos_embed is not None:
-            self.pos_embed.requires_grad = False
+            freeze(self.norm, self.seq_pool)
 
     def forward(self, x: torch.Tensor) -> tuple:
         in_hw = tuple(x.shape[-2:])

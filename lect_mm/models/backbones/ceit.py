@@ -13,7 +13,8 @@ from mmpretrain.registry import MODELS
 from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
 from lect_mm.blocks.dropout import FastDropout
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  parse_arch, parse_out_indices, run_block)
+                                  freeze, parse_arch, parse_out_indices,
+                                  run_block)
 
 
 @MODELS.register_module()
@@ -246,25 +247,10 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
     def _freeze_stages(self):
         if self.frozen_stages < 0:
             return
-        stem = [self.i2t, self.proj]
-        for m in stem:
-            m.eval()
-        params = [p for m in stem for p in m.parameters()]
-        params += [self.pos_embed] + (
-            [self.cls_token] if self.cls_token is not None else [])
-        self.drop_after_pos.eval()
-        for i in range(self.frozen_stages):
-            self.layers[i].eval()
-            params += list(self.layers[i].parameters())
+        freeze(self.i2t, self.proj, self.pos_embed, self.cls_token,
+               self.drop_after_pos, *self.layers[:self.frozen_stages])
         if self.frozen_stages == self.num_layers:
-            for m in (self.lca, self.norm):
-                if m is not None:
-                    m.eval()
-                    params += list(m.parameters())
-            if self.pos_layer_embed is not None:
-                params.append(self.pos_layer_embed)
-        for p in params:
-            p.requires_grad = False
+            freeze(self.lca, self.norm, self.pos_layer_embed)
 
     def _pooled(self, x: torch.Tensor, cls_tokens: list) -> torch.Tensor:
         if self.pooling == 'lca':

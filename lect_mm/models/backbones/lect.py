@@ -19,7 +19,8 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import accepted_args, set_defaults
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  parse_arch, parse_out_indices, run_block)
+                                  freeze, parse_arch, parse_out_indices,
+                                  run_block)
 
 
 def merge_cfg(base: dict, override: Optional[dict]) -> dict:
@@ -364,7 +365,4 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                 'Rebuild with img_size matching the input.')
 
     def _freeze_stages(self):
-        for stage in self.stages[:self.frozen_stages + 1]:
-            stage.eval()
-            for param in stage.parameters():
-                param.requires_grad = False
+        freeze(*self.stages[:self.frozen_stages + 1])

@@ -16,7 +16,7 @@ from mmpretrain.models.backbones.resnet import BasicBlock, ResLayer
 from mmpretrain.registry import MODELS
 
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  parse_arch, parse_out_indices)
+                                  freeze, parse_arch, parse_out_indices)
 
 STEM_TYPES = ('conv7x7', 'conv3x3')
 
@@ -162,12 +162,6 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
 
     def _freeze_stages(self):
         if self.frozen_stages >= 0:
-            self.norm1.eval()
-            for m in (self.conv1, self.norm1):
-                for param in m.parameters():
-                    param.requires_grad = False
-        for i in range(1, self.frozen_stages + 1):
-            layer = getattr(self, f'layer{i}')
-            layer.eval()
-            for param in layer.parameters():
-                param.requires_grad = False
+            freeze(self.conv1, self.norm1)
+        freeze(*(getattr(self, f'layer{i}')
+                 for i in range(1, self.frozen_stages + 1)))

@@ -9,7 +9,8 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  parse_arch, parse_out_indices, run_block)
+                                  freeze, parse_arch, parse_out_indices,
+                                  run_block)
 
 
 class _ViTAEStage(nn.Module):
@@ -201,11 +202,7 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
         return arch
 
     def _freeze_stages(self):
-        for i in range(max(self.frozen_stages, 0)):
-            stage = self.stages[i]
-            stage.eval()
-            for p in stage.parameters():
-                p.requires_grad = False
+        freeze(*self.stages[:max(self.frozen_stages, 0)])
 
     def forward(self, x: torch.Tensor) -> tuple:
         outs = []

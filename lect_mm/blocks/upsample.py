@@ -36,6 +36,8 @@ from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 
+from .utils import to_pair
+
 RESIZE_MODES = ('nearest', 'bilinear', 'bicubic')
 
 #: Modes that :func:`resize` runs as one matmul with the interpolation
@@ -162,17 +164,6 @@ def resize(x: torch.Tensor, size: Tuple[int, int], mode: str) -> torch.Tensor:
     return _interpolate(x, size, mode)
 
 
-def _pair(value: Union[int, Sequence[int]], name: str) -> Tuple[int, int]:
-    if isinstance(value, int):
-        value = (value, value)
-    value = tuple(value)
-    if len(value) != 2 or not all(
-            isinstance(v, int) and v > 0 for v in value):
-        raise ValueError(
-            f'{name} must be a positive int or a pair of them, got {value}.')
-    return value
-
-
 @MODELS.register_module()
 class ResizeUpsampler(BaseModule):
     """Plain resize of the attention output (query upsampler 1 of SPEC §3).
@@ -271,7 +262,7 @@ class SVConvTransposeUpsampler(BaseModule):
                  cr_ratio: float = 0.1,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        self.in_size = _pair(in_size, 'in_size')
+        self.in_size = to_pair(in_size, 'in_size')
         if not isinstance(scale_factor, int) or scale_factor < 1:
             raise ValueError('scale_factor must be a positive int, got '
                              f'{scale_factor!r}.')

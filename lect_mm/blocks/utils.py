@@ -8,11 +8,12 @@ be named without passing it arguments it does not know.
 """
 import copy
 import inspect
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from mmengine.utils import to_2tuple
 
 from mmpretrain.registry import MODELS
 
@@ -103,6 +104,38 @@ def check_choice(value, choices, name: str):
         raise ValueError(
             f'Unsupported {name} {value!r}; choose from {list(choices)}.')
     return value
+
+
+def to_pair(value: Union[int, Sequence[int]], name: str) -> Tuple[int, int]:
+    """A size argument as a ``(height, width)`` pair of positive ints.
+
+    An int ``n`` gives ``(n, n)`` (:func:`mmengine.utils.to_2tuple`); a
+    sequence must hold two positive ints.
+
+    Args:
+        value (int | Sequence[int]): The size: an int for a square or
+            ``(height, width)``.
+        name (str): The argument's name, for the error messages.
+
+    Returns:
+        tuple[int, int]: ``(height, width)``.
+
+    Raises:
+        TypeError: If ``value`` is neither an int nor a sequence (a bool or
+            a str is neither).
+        ValueError: If it is not a positive int or a pair of them.
+    """
+    is_size = isinstance(value, (int, Sequence))
+    if not is_size or isinstance(value, (bool, str)):
+        raise TypeError(f'{name} must be an int or a (height, width) pair, '
+                        f'got {type(value).__name__}.')
+    pair = tuple(to_2tuple(value))
+    if len(pair) != 2 or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0
+            for v in pair):
+        raise ValueError(f'{name} must be a positive int or a pair of '
+                         f'positive ints (height, width), got {value!r}.')
+    return pair
 
 
 def attend(q: torch.Tensor,

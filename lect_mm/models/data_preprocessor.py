@@ -8,28 +8,17 @@ the CPU side can become the bottleneck of a small model. Resizing once the
 batch is on the device replaces all that with one batched
 ``F.interpolate`` call (``benchmarks/data_pipeline.py`` measures both).
 """
-from typing import Sequence, Tuple, Union
+from typing import Sequence, Union
 
 import torch
 import torch.nn.functional as F
 from mmpretrain.models.utils.data_preprocessor import ClsDataPreprocessor
 from mmpretrain.registry import MODELS
 
+from lect_mm.blocks.utils import to_pair
+
 _MODES = ('nearest', 'nearest-exact', 'bilinear', 'bicubic', 'area')
 _ANTIALIAS_MODES = ('bilinear', 'bicubic')
-
-
-def _pair(size: Union[int, Sequence[int]]) -> Tuple[int, int]:
-    if isinstance(size, (bool, str)) or not isinstance(size, (int, Sequence)):
-        raise TypeError('size must be an int or a (height, width) pair, '
-                        f'got {type(size).__name__}')
-    pair = (size, size) if isinstance(size, int) else tuple(size)
-    if len(pair) != 2 or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s > 0
-            for s in pair):
-        raise ValueError('size must be a positive int or a pair of positive '
-                         f'ints (height, width), got {size!r}')
-    return pair
 
 
 @MODELS.register_module()
@@ -69,7 +58,7 @@ class ResizeClsDataPreprocessor(ClsDataPreprocessor):
                  mode: str = 'bilinear',
                  antialias: bool = False,
                  **kwargs) -> None:
-        self.size = _pair(size)
+        self.size = to_pair(size, 'size')
         if mode not in _MODES:
             raise ValueError(f'mode must be one of {_MODES}, got {mode!r}')
         if antialias and mode not in _ANTIALIAS_MODES:

@@ -1,9 +1,9 @@
-"""Config helpers of lect_mm.blocks.utils (used by the blocks and LeCT)."""
+"""Helpers of lect_mm.blocks.utils (used by the blocks and the models)."""
 import pytest
 
 import lect_mm  # noqa: F401
 from lect_mm.blocks import CeiTLeFF, MultiheadSelfAttention
-from lect_mm.blocks.utils import accepted_args, set_defaults
+from lect_mm.blocks.utils import accepted_args, set_defaults, to_pair
 
 
 def test_accepted_args():
@@ -32,3 +32,15 @@ def test_set_defaults_fills_only_unset_accepted_keys():
         type='CeiTLeFF', ffn_drop=0.1)
     with pytest.raises(KeyError, match='names no "type"'):
         set_defaults(dict(num_heads=2), impl='fused')
+
+
+def test_to_pair():
+    assert to_pair(224, 'size') == (224, 224)
+    assert to_pair([32, 48], 'size') == (32, 48)
+    for bad in ('224', True, 224.0, None):
+        with pytest.raises(TypeError, match='size must be an int or a '):
+            to_pair(bad, 'size')
+    for bad in (0, -1, (224, ), (1, 2, 3), (4, 0), (4.0, 4), (True, 4)):
+        with pytest.raises(ValueError,
+                           match=r'in_size must be a positive int or a pair'):
+            to_pair(bad, 'in_size')

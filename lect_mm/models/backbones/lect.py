@@ -17,7 +17,7 @@ from mmengine.model import BaseModule, ModuleList
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
-from lect_mm.blocks.utils import accepted_args, set_defaults
+from lect_mm.blocks.utils import accepted_args, set_defaults, to_pair
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
                                   freeze, parse_arch, parse_out_indices,
                                   run_block)
@@ -238,7 +238,7 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         arch = self.arch_settings
         self.embed_dims = list(arch['embed_dims'])
         self.num_stages = len(self.embed_dims)
-        self.img_size = self._pair(img_size, 'img_size')
+        self.img_size = to_pair(img_size, 'img_size')
         self.out_indices = tuple(
             parse_out_indices(out_indices, self.num_stages, 'stages'))
         self.frozen_stages = check_frozen_stages(frozen_stages,
@@ -303,14 +303,6 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                     f'arch[{key!r}] has {len(arch[key])} entries; every '
                     f'per-stage list needs {num_stages} (len(embed_dims)).')
         return arch
-
-    @staticmethod
-    def _pair(value, name) -> Tuple[int, int]:
-        if isinstance(value, int):
-            return (value, value)
-        if len(value) != 2:
-            raise ValueError(f'{name} must be an int or (H, W), got {value}.')
-        return tuple(int(v) for v in value)
 
     @staticmethod
     def _bind_resolution(attn: dict, size: Tuple[int, int]) -> bool:

@@ -2,19 +2,14 @@
 ``--amp`` on the CPU (bfloat16), DDP on the CPU (gloo) and config mistakes
 explained (see :mod:`lect_mm.engine`)."""
 import argparse
-import os
 import os.path as osp
 import time
 
 import lect_mm  # noqa: F401,I001  (first: registers modules, quiets warnings)
-from lect_mm import silence_known_log_messages
 from mmengine.config import Config, DictAction
-from mmengine.device import get_device
-from mmengine.registry import RUNNERS
-from mmengine.runner import Runner
 
-from lect_mm.engine import (LAUNCHERS, distributed_context,
-                            explain_config_errors)
+from lect_mm.engine.cli import (parse_launcher_args, runner_context,
+                                set_dataloader_defaults, set_work_dir)
 
 
 def parse_args(argv=None):
@@ -60,15 +55,7 @@ def parse_args(argv=None):
         'it, e.g. model.backbone.drop_path_rate=0.2 '
         'train_dataloader.batch_size=32; lists as key="[a,b]" or key=a,b '
         '(quotation marks needed, no white space)')
-    parser.add_argument(
-        '--launcher', choices=LAUNCHERS, default='none', help='job launcher')
-    # torchrun (torch >= 2.0) passes --local-rank; older launchers pass
-    # --local_rank.
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
-    return args
+    return parse_launcher_args(parser, argv)
 
 
 def merge_args(cfg, args):
@@ -79,13 +66,7 @@ def merge_args(cfg, args):
         cfg.val_evaluator = None
 
     cfg.launcher = args.launcher
-
-    # work_dir: command line > config > ./work_dirs/<config name>
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    set_work_dir(cfg, args.work_dir, args.config)
 
     if args.amp:
         # AmpOptimWrapper on accelerators, bfloat16 autocast on the CPU.
@@ -102,25 +83,10 @@ def merge_args(cfg, args):
     if args.auto_scale_lr:
         cfg.auto_scale_lr.enable = True
 
-    # Pinned memory only helps copies to an accelerator.
-    pin_memory = not args.no_pin_memory and get_device() != 'cpu'
-
-    def set_default_dataloader_cfg(field):
-        if cfg.get(field, None) is None:
-            return
-        loader = cfg[field]
-        loader.setdefault('collate_fn', dict(type='default_collate'))
-        loader.setdefault('pin_memory', pin_memory)
-        # persistent_workers needs worker processes.
-        if loader.get('num_workers', 0) > 0:
-            loader.setdefault('persistent_workers', True)
-        if args.no_pin_memory:
-            loader.pin_memory = False
-        if args.no_persistent_workers:
-            loader.persistent_workers = False
-
-    for field in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        set_default_dataloader_cfg(field)
+    set_dataloader_defaults(
+        cfg, ('train_dataloader', 'val_dataloader', 'test_dataloader'),
+        pin_memory=not args.no_pin_memory,
+        persistent_workers=not args.no_persistent_workers)
 
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
@@ -143,12 +109,7 @@ def main(argv=None):
     cfg = merge_args(cfg, args)
 
     start = time.time()
-    with distributed_context(cfg), explain_config_errors(cfg):
-        if 'runner_type' not in cfg:
-            runner = Runner.from_cfg(cfg)
-        else:
-            runner = RUNNERS.build(cfg)
-        silence_known_log_messages(runner.logger)
+    with runner_context(cfg) as runner:
         runner.train()
         runner.logger.info(f'Training took {time.time() - start:.1f} s; '
                            f'results in {osp.abspath(cfg.work_dir)}')

@@ -1,0 +1,131 @@
+"""What ``tools/train.py`` and ``tools/test.py`` share.
+
+The launcher arguments (and the ``LOCAL_RANK`` export), the work directory
+fallback, the dataloader defaults and the building of the runner, inside
+:func:`~lect_mm.engine.distributed_context` and
+:func:`~lect_mm.engine.explain_config_errors`.
+"""
+import argparse
+import os
+import os.path as osp
+from contextlib import contextmanager
+from typing import Iterable, Iterator, List, Optional
+
+from mmengine.config import Config
+from mmengine.device import get_device
+from mmengine.registry import RUNNERS
+from mmengine.runner import Runner
+
+from lect_mm._warnings import silence_known_log_messages
+from .dist import LAUNCHERS, distributed_context
+from .errors import explain_config_errors
+
+
+def parse_launcher_args(parser: argparse.ArgumentParser,
+                        argv: Optional[List[str]] = None
+                        ) -> argparse.Namespace:
+    """Add ``--launcher`` and ``--local-rank`` to ``parser`` and parse.
+
+    ``LOCAL_RANK`` is exported from ``--local-rank`` when no launcher has
+    set it (mmengine reads the environment, not the argument).
+
+    Args:
+        parser (argparse.ArgumentParser): The tool's parser, holding its own
+            arguments.
+        argv (list[str], optional): The arguments; None reads
+            ``sys.argv``.
+
+    Returns:
+        argparse.Namespace: The parsed arguments.
+    """
+    parser.add_argument(
+        '--launcher', choices=LAUNCHERS, default='none', help='job launcher')
+    # torchrun (torch >= 2.0) passes --local-rank; older launchers pass
+    # --local_rank.
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    return args
+
+
+def set_work_dir(cfg: Config, work_dir: Optional[str],
+                 config_file: str) -> None:
+    """Set ``cfg.work_dir``: command line > config > ``./work_dirs/<name>``.
+
+    Args:
+        cfg (Config): The config, changed in place.
+        work_dir (str, optional): ``--work-dir``.
+        config_file (str): The config's path; its file name without the
+            extension names the default directory.
+    """
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(config_file))[0])
+
+
+def set_dataloader_defaults(cfg: Config,
+                            fields: Iterable[str],
+                            pin_memory: bool = True,
+                            persistent_workers: Optional[bool] = None
+                            ) -> None:
+    """Fill the defaults of the tools into the dataloader configs.
+
+    Each loader gets ``collate_fn=dict(type='default_collate')`` and
+    ``pin_memory`` (on only where an accelerator is used: pinned memory only
+    helps copies to one) unless it sets them; a loader that is None or
+    absent is skipped.
+
+    Args:
+        cfg (Config): The config, changed in place.
+        fields (Iterable[str]): The loaders, e.g. ``('test_dataloader', )``.
+        pin_memory (bool): False turns ``pin_memory`` off in every loader
+            (``--no-pin-memory``). Defaults to True.
+        persistent_workers (bool, optional): True makes
+            ``persistent_workers`` default to on where a loader has worker
+            processes (it needs them); False turns it off in every loader
+            (``--no-persistent-workers``); None leaves it to the config.
+            Defaults to None.
+    """
+    pin_default = pin_memory and get_device() != 'cpu'
+    for field in fields:
+        if cfg.get(field, None) is None:
+            continue
+        loader = cfg[field]
+        loader.setdefault('collate_fn', dict(type='default_collate'))
+        loader.setdefault('pin_memory', pin_default)
+        if not pin_memory:
+            loader.pin_memory = False
+        if persistent_workers is None:
+            continue
+        if not persistent_workers:
+            loader.persistent_workers = False
+        elif loader.get('num_workers', 0) > 0:
+            loader.setdefault('persistent_workers', True)
+
+
+@contextmanager
+def runner_context(cfg: Config) -> Iterator[Runner]:
+    """Build the runner of ``cfg`` and hand it to the ``with`` body.
+
+    Building and the body run inside
+    :func:`~lect_mm.engine.distributed_context` (CPU DDP, process group
+    torn down) and :func:`~lect_mm.engine.explain_config_errors` (config
+    mistakes named). ``cfg.runner_type`` picks a registered runner; without
+    it mmengine's :class:`~mmengine.runner.Runner` is used.
+
+    Args:
+        cfg (Config): The full config.
+
+    Yields:
+        Runner: The runner, its logger quieted of known deprecation lines.
+    """
+    with distributed_context(cfg), explain_config_errors(cfg):
+        if 'runner_type' not in cfg:
+            runner = Runner.from_cfg(cfg)
+        else:
+            runner = RUNNERS.build(cfg)
+        silence_known_log_messages(runner.logger)
+        yield runner

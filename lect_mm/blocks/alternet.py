@@ -17,7 +17,7 @@ shapes are equal, the 1x1 projections are ``Conv2d`` in both):
   ``attn.kv`` -> ``attn.attn.to_kv``, ``attn.proj`` -> ``attn.attn.to_out.0``,
   ``attn.relative_position_bias_table`` -> ``attn.pos_embedding``.
 """
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -34,6 +34,41 @@ from .utils import IMPLS, attend, check_choice
 
 def _drop_path(rate: float) -> nn.Module:
     return DropPath(rate) if rate > 0. else nn.Identity()
+
+
+class _PreActResidualMixin:
+    """The pre-activation, shortcut and forward of AlterNet's residual blocks.
+
+    A block using it sets ``norm1``, ``act``, ``shortcut`` (a module or
+    None) and ``with_cp``, and defines ``_inner_forward(x)``, which
+    ``forward`` runs (under gradient checkpointing with ``with_cp``).
+    """
+
+    def _pre_activate(
+            self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Return ``act(norm1(x))`` and the skip branch.
+
+        The skip is ``x`` itself, or ``shortcut`` of the pre-activated map
+        where the block has a projection shortcut (the official code's
+        order).
+
+        Args:
+            x (torch.Tensor): The block's ``(B, C, H, W)`` input.
+
+        Returns:
+            tuple[torch.Tensor, torch.Tensor]: The pre-activated map and
+            the skip.
+        """
+        if self.shortcut is None:
+            return self.act(self.norm1(x)), x
+        x = self.act(self.norm1(x))
+        return x, self.shortcut(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Run the block on a ``(B, C, H, W)`` map."""
+        if self.with_cp and x.requires_grad:
+            return cp.checkpoint(self._inner_forward, x, use_reentrant=False)
+        return self._inner_forward(x)
 
 
 @MODELS.register_module()
@@ -161,7 +196,7 @@ class WindowAttention2d(BaseModule):
 
 
 @MODELS.register_module()
-class PreActBasicBlock(BaseModule):
+class PreActBasicBlock(_PreActResidualMixin, BaseModule):
     """Pre-activation ResNet basic block (He et al., ECCV 2016), AlterNet's.
 
     ``x' = act(norm1(x))``; the shortcut is ``x`` itself, or a bias-free 1x1
@@ -207,25 +242,14 @@ class PreActBasicBlock(BaseModule):
         self.drop_path = _drop_path(drop_path_rate)
 
     def _inner_forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.shortcut is not None:
-            x = self.act(self.norm1(x))
-            skip = self.shortcut(x)
-        else:
-            skip = x
-            x = self.act(self.norm1(x))
+        x, skip = self._pre_activate(x)
         x = self.conv1(x)
         x = self.conv2(self.act(self.norm2(x)))
         return skip + self.drop_path(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Run the block on a ``(B, C, H, W)`` map."""
-        if self.with_cp and x.requires_grad:
-            return cp.checkpoint(self._inner_forward, x, use_reentrant=False)
-        return self._inner_forward(x)
-
 
 @MODELS.register_module()
-class AlterNetMSABlock(BaseModule):
+class AlterNetMSABlock(_PreActResidualMixin, BaseModule):
     """AlterNet's pre-activation MSA block (official ``AttentionBasicBlockB``).
 
     ``x' = act(norm1(x))`` (GELU); residual = conv1x1 (bias-free) -> norm2 ->
@@ -291,17 +315,6 @@ class AlterNetMSABlock(BaseModule):
         self.drop_path = _drop_path(drop_path_rate)
 
     def _inner_forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.shortcut is not None:
-            x = self.act(self.norm1(x))
-            skip = self.shortcut(x)
-        else:
-            skip = x
-            x = self.act(self.norm1(x))
+        x, skip = self._pre_activate(x)
         x = self.attn(self.norm2(self.conv(x)))
         return skip + self.drop_path(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Run the block on a ``(B, C, H, W)`` map."""
-        if self.with_cp and x.requires_grad:
-            return cp.checkpoint(self._inner_forward, x, use_reentrant=False)
-        return self._inner_forward(x)

@@ -10,18 +10,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmpretrain.registry import MODELS
+from .utils import is_compiling
 
 _LEVELS = 1 << 15  # the mask's draws are uniform on [0, 2**15 - 1]
 # Below this many elements the mask's few extra kernel calls cost more than
 # the cheaper draws save (fwd+bwd on the 2-core CPU: break-even near 2**15).
 _MIN_NUMEL = 1 << 15
-
-
-def _is_compiling() -> bool:
-    compiler = getattr(torch, 'compiler', None)
-    if hasattr(compiler, 'is_compiling'):
-        return compiler.is_compiling()
-    return torch._dynamo.is_compiling()  # torch < 2.3
 
 
 @MODELS.register_module()
@@ -56,7 +50,7 @@ class FastDropout(nn.Dropout):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (not self.training or self.p == 0. or x.device.type != 'cpu'
-                or x.numel() < _MIN_NUMEL or _is_compiling()):
+                or x.numel() < _MIN_NUMEL or is_compiling()):
             return F.dropout(x, self.p, self.training, self.inplace)
         threshold = round(self.p * _LEVELS)
         if threshold >= _LEVELS:

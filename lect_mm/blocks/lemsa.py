@@ -11,7 +11,9 @@ along the key axis to the full ``H x W`` grid. The resize is linear in the
 keys, so ``Up(q kᵀ) = q Up(k)ᵀ``: ``impl='fused'`` resizes the pooled keys and
 runs :func:`torch.nn.functional.scaled_dot_product_attention` without ever
 materialising the ``Nq x N`` map; ``impl='literal'`` is the report's
-readable path (pooled logits → key-axis resize → scale → softmax).
+readable path (pooled logits → key-axis resize → scale → softmax), with the
+resize as one matmul. ``impl='auto'`` (the default) takes whichever moves
+less data for the layer's shapes on the CPU, and the fused path elsewhere.
 """
 from typing import Optional, Sequence, Tuple, Union
 
@@ -24,10 +26,37 @@ from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 from .dropout import FastDropout
-from .upsample import SVConvTransposeUpsampler, check_resize_mode, resize
+from .upsample import (SVConvTransposeUpsampler, check_resize_mode, resize,
+                       resize_grid_axis)
 from .utils import IMPLS, attend, check_choice
 
 QKV_MODES = ('sequential', 'parallel')
+#: LeMSA's attention paths: :data:`~lect_mm.blocks.utils.IMPLS` and
+#: ``'auto'``, which picks one per call (see :func:`resolve_impl`).
+LEMSA_IMPLS = ('auto', ) + IMPLS
+
+
+def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
+    """The attention path ``impl='auto'`` takes for these inputs.
+
+    ``'literal'`` on the CPU when the pooled key grid has no more cells
+    than a query/key head has channels (``h' * w' <= d_qk``), else
+    ``'fused'``. The literal path then handles less data in every step: its
+    key-axis resize moves ``m * Nq`` logit rows instead of the ``m * d_qk``
+    key channels SDPA needs upsampled, its ``Nq x N`` logits are no larger
+    than those keys, and it skips the ``q · Up(k)ᵀ`` product (forward +
+    backward on the 2-core CPU, batch 64: 1.2x and 1.7x faster at LeCT v1's
+    stages 1 and 2, where ``16 <= 32``; 0.87x at stage 3, where
+    ``49 > 32``; ``benchmarks/lemsa.py``). On other devices ``'fused'``,
+    whose SDPA kernels were the faster path on an H100. An explicit
+    ``'fused'`` or ``'literal'`` is returned unchanged.
+    """
+    if impl != 'auto':
+        return impl
+    if q.device.type == 'cpu' and k_map.shape[-2] * k_map.shape[-1] <= \
+            q.shape[-1]:
+        return 'literal'
+    return 'fused'
 
 
 def _check_pooling(sr_ratio, pool_size):
@@ -110,7 +139,7 @@ def upsampled_key_attention(q: torch.Tensor,
         mode (str): Key-axis interpolation mode.
         scale (float): Logit scale (``C ** -0.5`` in LeCT).
         dropout (nn.Dropout): Attention dropout.
-        impl (str): ``'fused'`` or ``'literal'``.
+        impl (str): ``'auto'``, ``'fused'`` or ``'literal'``.
         need_map (bool): Also return the softmaxed ``(B, m, Nq, N)`` map
             (before dropout, detached). Defaults to False.
 
@@ -119,14 +148,15 @@ def upsampled_key_attention(q: torch.Tensor,
     """
     num_heads = q.shape[1]
     attn_map = None
+    impl = resolve_impl(impl, q, k_map)
     if impl == 'literal':
         h, w = k_map.shape[-2:]
         k = rearrange(k_map, 'b (m d) h w -> b m (h w) d', m=num_heads)
-        logits = q @ k.transpose(-2, -1)
-        logits = rearrange(logits, 'b m q (h w) -> (b m) q h w', h=h, w=w)
-        logits = resize(logits, hw_shape, mode)
-        logits = rearrange(logits, '(b m) q h w -> b m q (h w)', m=num_heads)
-        attn = (logits * scale).softmax(dim=-1)
+        # The resize is linear, so scaling q first equals scaling the
+        # resized logits (and costs Nq x d instead of Nq x N products).
+        logits = resize_grid_axis((q * scale) @ k.transpose(-2, -1), (h, w),
+                                  hw_shape, mode)
+        attn = logits.softmax(dim=-1)
         if need_map:
             attn_map = attn.detach()
         return dropout(attn) @ v, attn_map
@@ -273,8 +303,11 @@ class LeMSA(BaseModule):
             Defaults to True.
         qkv_mode (str): ``'sequential'`` or ``'parallel'`` (see above).
             Defaults to 'sequential'.
-        impl (str): ``'fused'`` (SDPA on resized keys) or ``'literal'``.
-            Defaults to 'fused'.
+        impl (str): ``'fused'`` (SDPA on resized keys), ``'literal'``
+            (logit map resized along the key axis) or ``'auto'`` (the
+            faster of the two for the input's device and shapes, see
+            :func:`resolve_impl`). All three compute the same function.
+            Defaults to 'auto'.
         norm_cfg (dict): Norm config of the convs. Defaults to
             ``dict(type='BN')``.
         act_cfg (dict): Activation config. Defaults to
@@ -295,7 +328,7 @@ class LeMSA(BaseModule):
                  query_upsampler: dict = dict(type='ResizeDWConvUpsampler'),
                  conv_skip: bool = True,
                  qkv_mode: str = 'sequential',
-                 impl: str = 'fused',
+                 impl: str = 'auto',
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
                  init_cfg=None):
@@ -305,7 +338,7 @@ class LeMSA(BaseModule):
                              f'by num_heads ({num_heads}).')
         self.sr_ratio, self.pool_size = _check_pooling(sr_ratio, pool_size)
         self.key_upsample = check_resize_mode(key_upsample, 'key_upsample')
-        self.impl = check_choice(impl, IMPLS, 'impl')
+        self.impl = check_choice(impl, LEMSA_IMPLS, 'impl')
         self.qkv_mode = check_choice(qkv_mode, QKV_MODES, 'qkv_mode')
         self.embed_dims = embed_dims
         self.num_heads = num_heads
@@ -416,7 +449,8 @@ class LeMSAv2(BaseModule):
             ``dict(type='ResizeDWConvUpsampler', mode='bicubic')``.
         low_from_input (bool): Feed the low split of the input to the
             attention branch (see above). Defaults to False.
-        impl (str): ``'fused'`` or ``'literal'``. Defaults to 'fused'.
+        impl (str): ``'auto'``, ``'fused'`` or ``'literal'``, as in
+            :class:`LeMSA`. Defaults to 'auto'.
         norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
         act_cfg (dict): Activation config. Defaults to
             ``dict(type='GELU')``.
@@ -439,7 +473,7 @@ class LeMSAv2(BaseModule):
                  query_upsampler: dict = dict(
                      type='ResizeDWConvUpsampler', mode='bicubic'),
                  low_from_input: bool = False,
-                 impl: str = 'fused',
+                 impl: str = 'auto',
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
                  pool_size: Optional[Union[int, Sequence[int]]] = None,
@@ -447,7 +481,7 @@ class LeMSAv2(BaseModule):
         super().__init__(init_cfg=init_cfg)
         self.sr_ratio, self.pool_size = _check_pooling(sr_ratio, pool_size)
         self.key_upsample = check_resize_mode(key_upsample, 'key_upsample')
-        self.impl = check_choice(impl, IMPLS, 'impl')
+        self.impl = check_choice(impl, LEMSA_IMPLS, 'impl')
         self.h_dim = int(embed_dims * h_ratio)
         self.l_dim = embed_dims - self.h_dim
         if not 0 < self.h_dim < embed_dims:

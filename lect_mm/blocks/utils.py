@@ -97,6 +97,18 @@ def build_attention(attn_cfg: dict, embed_dims: int, num_heads: int,
 IMPLS = ('fused', 'literal')
 
 
+def is_compiling() -> bool:
+    """Whether ``torch.compile`` is tracing the caller.
+
+    Paths that dynamo cannot trace (in-place RNG, module-level caches) take
+    their plain-torch branch then.
+    """
+    compiler = getattr(torch, 'compiler', None)
+    if hasattr(compiler, 'is_compiling'):
+        return compiler.is_compiling()
+    return torch._dynamo.is_compiling()  # torch < 2.3
+
+
 def check_choice(value, choices, name: str):
     """Return ``value`` if it is one of ``choices``, else a ValueError that
     names the argument and the valid choices."""

@@ -8,7 +8,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lect_mm.blocks import LeMSA, LeMSAv2
-from lect_mm.blocks.lemsa import _pool
+from lect_mm.blocks.lemsa import _pool, resolve_impl
+from lect_mm.blocks.upsample import resize_grid_axis
 
 
 def _randomize_bn(module):
@@ -83,7 +84,7 @@ def spec_lemsa(m, x, hw, k_ratio, mode='bilinear', sv=False):
     return F.linear(out, m.proj.weight, m.proj.bias)
 
 
-@pytest.mark.parametrize('impl', ['fused', 'literal'])
+@pytest.mark.parametrize('impl', ['auto', 'fused', 'literal'])
 @pytest.mark.parametrize('mode', ['bilinear', 'bicubic'])
 @pytest.mark.parametrize('hw,k', [((14, 14), 7), ((8, 12), 4)])
 def test_matches_spec_written_reference(impl, mode, hw, k):
@@ -159,6 +160,45 @@ def test_fused_equals_literal_values_and_grads(train, mode, hw, k):
     fused_vs_literal(
         lambda impl: LeMSA(16, 2, sr_ratio=k, key_upsample=mode, impl=impl),
         x, hw, train)
+
+
+@pytest.mark.parametrize('grid,dims,expected', [
+    ((4, 4), 32, 'literal'),  # LeCT v1 stages 1-2: 16 cells <= 32 channels
+    ((7, 7), 32, 'fused'),  # stage 3: 49 cells > 32
+    ((2, 2), 48, 'literal'),  # LeCT v2 stage 3
+])
+def test_auto_impl_rule(grid, dims, expected):
+    q = torch.zeros(1, 2, grid[0] * grid[1], dims)
+    k_map = torch.zeros(1, 2 * dims, *grid)
+    assert resolve_impl('auto', q, k_map) == expected
+    # Explicit choices stand; off the CPU 'auto' is the fused path.
+    assert resolve_impl('literal', q, k_map) == 'literal'
+    assert resolve_impl('fused', q, k_map) == 'fused'
+    assert resolve_impl('auto', q.to('meta'), k_map.to('meta')) == 'fused'
+
+
+@pytest.mark.parametrize('sr_ratio,path', [(4, 'literal'), (2, 'fused')])
+def test_auto_takes_the_resolved_path(monkeypatch, sr_ratio, path):
+    # Heads of 32 channels on a 16x16 map: K=4 pools to 16 cells (literal),
+    # K=2 to 64 (fused). Only the literal path resizes the logit rows.
+    from lect_mm.blocks import lemsa
+    calls = []
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return resize_grid_axis(*args, **kwargs)
+
+    monkeypatch.setattr(lemsa, 'resize_grid_axis', spy)
+    torch.manual_seed(0)
+    layer = LeMSA(64, 2, sr_ratio=sr_ratio)
+    assert layer.impl == 'auto'
+    x = torch.randn(2, 16 * 16, 64)
+    out = layer(x, (16, 16))
+    assert len(calls) == (1 if path == 'literal' else 0)
+    for impl in ('fused', 'literal'):
+        layer.impl = impl
+        torch.testing.assert_close(layer(x, (16, 16)), out, rtol=1e-5,
+                                   atol=1e-5)
 
 
 def test_fused_equals_literal_pool_size_and_ablation():
@@ -321,7 +361,7 @@ def test_sv_upsampler_rejects_other_resolution():
     (dict(embed_dims=8, num_heads=2, sr_ratio=2, key_upsample='area'),
      r"key_upsample 'area'.*'nearest', 'bilinear', 'bicubic'"),
     (dict(embed_dims=8, num_heads=2, sr_ratio=2, impl='flash'),
-     r"impl 'flash'.*'fused', 'literal'"),
+     r"impl 'flash'.*'auto', 'fused', 'literal'"),
     (dict(embed_dims=8, num_heads=2, sr_ratio=2, qkv_mode='chained'),
      r"qkv_mode 'chained'.*'sequential', 'parallel'"),
     (dict(embed_dims=8, num_heads=2), 'exactly one of sr_ratio'),

@@ -4,8 +4,10 @@ import torch.nn.functional as F
 
 from lect_mm.blocks import (ResizeDWConvUpsampler, ResizeUpsampler,
                             SVConvTransposeUpsampler)
-from lect_mm.blocks.upsample import (MATMUL_RESIZE_MODES,
-                                     interpolation_matrix, resize)
+from lect_mm.blocks.upsample import (MATMUL_RESIZE_MAX_CELLS,
+                                     MATMUL_RESIZE_MODES,
+                                     interpolation_matrix, resize,
+                                     resize_grid_axis)
 from mmpretrain.registry import MODELS
 
 
@@ -66,6 +68,48 @@ def test_matmul_resize_values_grads_and_layout(grad):
         resize(big, (18, 18), 'bicubic'),
         F.interpolate(big, size=(18, 18), mode='bicubic',
                       align_corners=False))
+
+
+@pytest.mark.parametrize('mode', ['nearest', 'bilinear', 'bicubic'])
+@pytest.mark.parametrize('in_hw,out_hw', [((4, 4), (56, 56)),
+                                          ((3, 5), (13, 10)),
+                                          ((9, 9), (18, 18))])
+def test_resize_grid_axis_equals_resizing_each_row(mode, in_hw, out_hw):
+    # Rows over a flattened grid (LeMSA's logit map, (B, m, Nq, h*w)):
+    # each row resized as an h x w map. Small grids run as a matmul, the
+    # 81-cell grid through F.interpolate; values and gradients agree.
+    assert (in_hw[0] * in_hw[1] <= MATMUL_RESIZE_MAX_CELLS) == (
+        in_hw != (9, 9))
+    x = torch.randn(2, 3, 5, in_hw[0] * in_hw[1], dtype=torch.float64,
+                    requires_grad=True)
+    out = resize_grid_axis(x, in_hw, out_hw, mode)
+    x_ref = x.detach().clone().requires_grad_()
+    ref = F.interpolate(
+        x_ref.reshape(6, 5, *in_hw), size=out_hw, mode=mode,
+        align_corners=None if mode == 'nearest' else False).reshape(
+            2, 3, 5, -1)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    g = torch.randn_like(ref)
+    out.backward(g)
+    ref.backward(g)
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=0, atol=1e-12)
+
+
+@pytest.mark.filterwarnings('ignore::FutureWarning',
+                            'ignore::torch.jit.TracerWarning')
+def test_resize_grid_axis_traces_as_a_resize_and_checks_its_input():
+    # Under tracing (FLOP counters) the graph holds the resize op the
+    # architecture specifies, not the matmul that runs it.
+    x = torch.randn(2, 16)
+    graph = torch.jit.trace(
+        lambda t: resize_grid_axis(t, (4, 4), (8, 8), 'bilinear'),
+        (x, )).graph
+    kinds = {node.kind() for node in graph.nodes()}
+    assert 'aten::upsample_bilinear2d' in kinds
+    assert 'aten::matmul' not in kinds
+    assert resize_grid_axis(x, (4, 4), (4, 4), 'bilinear') is x
+    with pytest.raises(ValueError, match=r'4x5 grid \(20 cells\)'):
+        resize_grid_axis(x, (4, 5), (8, 8), 'bilinear')
 
 
 def test_matrix_built_under_inference_mode_serves_training():

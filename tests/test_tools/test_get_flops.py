@@ -44,7 +44,7 @@ def test_lemsa_hand_count():
     ops = result['by_operator']
 
     assert result['literal_modules'] == 1
-    assert layer.block.impl == 'fused'  # restored after counting
+    assert layer.block.impl == 'auto'  # restored after counting
     # q kᵀ on the pooled grid + (key-upsampled A) v, per head
     assert ops['matmul'] == m * Nq * Nq * d + m * Nq * N * d
     assert ops['linear'] == 2 * N * C * C  # proj_v, proj

@@ -41,15 +41,16 @@ def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
 
     ``'literal'`` on the CPU when the pooled key grid has no more cells
     than a query/key head has channels (``h' * w' <= d_qk``), else
-    ``'fused'``. The literal path then handles less data in every step: its
-    key-axis resize moves ``m * Nq`` logit rows instead of the ``m * d_qk``
-    key channels SDPA needs upsampled, its ``Nq x N`` logits are no larger
-    than those keys, and it skips the ``q · Up(k)ᵀ`` product (forward +
-    backward on the 2-core CPU, batch 64: 1.2x and 1.7x faster at LeCT v1's
-    stages 1 and 2, where ``16 <= 32``; 0.87x at stage 3, where
-    ``49 > 32``; ``benchmarks/lemsa.py``). On other devices ``'fused'``,
-    whose SDPA kernels were the faster path on an H100. An explicit
-    ``'fused'`` or ``'literal'`` is returned unchanged.
+    ``'fused'``. The literal path then moves less data: its key-axis resize
+    (a matmul) produces ``m * Nq`` logit rows instead of the ``m * d_qk``
+    upsampled key channels SDPA needs, and it skips the ``q · Up(k)ᵀ``
+    product. On the 2-core CPU (``benchmarks/lemsa.py --scopes core``,
+    batch 64, forward+backward) the literal core took 0.73-0.79x of the
+    fused core's time at LeCT v1's stage 1 (16 cells, 32 channels),
+    0.90-0.98x at stage 2 (16, 32) and 1.58-1.64x at stage 3 (49, 32).
+    On other devices ``'fused'``, whose SDPA kernels were the faster path
+    on an H100. An explicit ``'fused'`` or ``'literal'`` is returned
+    unchanged.
     """
     if impl != 'auto':
         return impl

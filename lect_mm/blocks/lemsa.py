@@ -12,8 +12,8 @@ keys, so ``Up(q kᵀ) = q Up(k)ᵀ``: ``impl='fused'`` resizes the pooled keys a
 runs :func:`torch.nn.functional.scaled_dot_product_attention` without ever
 materialising the ``Nq x N`` map; ``impl='literal'`` is the report's
 readable path (pooled logits → key-axis resize → scale → softmax), with the
-resize as one matmul. ``impl='auto'`` (the default) takes whichever moves
-less data for the layer's shapes on the CPU, and the fused path elsewhere.
+resize as one matmul. ``impl='auto'`` (the default) trains on whichever
+moves less data for the layer's shapes on the CPU, and is fused otherwise.
 """
 from typing import Optional, Sequence, Tuple, Union
 
@@ -39,23 +39,27 @@ LEMSA_IMPLS = ('auto', ) + IMPLS
 def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
     """The attention path ``impl='auto'`` takes for these inputs.
 
-    ``'literal'`` on the CPU when the pooled key grid has no more cells
-    than a query/key head has channels (``h' * w' <= d_qk``), else
-    ``'fused'``. The literal path then moves less data: its key-axis resize
-    (a matmul) produces ``m * Nq`` logit rows instead of the ``m * d_qk``
-    upsampled key channels SDPA needs, and it skips the ``q · Up(k)ᵀ``
-    product. On the 2-core CPU (``benchmarks/lemsa.py --scopes core``,
-    batch 64, forward+backward) the literal core took 0.73-0.79x of the
-    fused core's time at LeCT v1's stage 1 (16 cells, 32 channels),
-    0.90-0.98x at stage 2 (16, 32) and 1.58-1.64x at stage 3 (49, 32).
-    On other devices ``'fused'``, whose SDPA kernels were the faster path
-    on an H100. An explicit ``'fused'`` or ``'literal'`` is returned
-    unchanged.
+    ``'literal'`` when training on the CPU (autograd records the call)
+    and the pooled key grid has no more cells than a query/key head has
+    channels (``h' * w' <= d_qk``); ``'fused'`` otherwise. The literal path
+    then moves less data: its key-axis resize (a matmul) produces
+    ``m * Nq`` logit rows instead of the ``m * d_qk`` upsampled key
+    channels SDPA needs, and its backward is a few GEMMs where SDPA's
+    recomputes the attention. On the 2-core CPU (``benchmarks/lemsa.py
+    --scopes core``, batch 64, forward+backward) the literal core took
+    0.73-0.79x of the fused core's time at LeCT v1's stage 1 (16 cells,
+    32 channels), 0.90-0.98x at stage 2 (16, 32) and 1.58-1.64x at stage
+    3 (49, 32). Forward only, fused was the faster (stage 1: 1.45x) and
+    needs half the memory, so inference stays fused; so do other devices,
+    where SDPA's kernels were the faster path on an H100. An explicit
+    ``'fused'`` or ``'literal'`` is returned unchanged.
     """
     if impl != 'auto':
         return impl
-    if q.device.type == 'cpu' and k_map.shape[-2] * k_map.shape[-1] <= \
-            q.shape[-1]:
+    training = torch.is_grad_enabled() and (q.requires_grad
+                                            or k_map.requires_grad)
+    if training and q.device.type == 'cpu' and \
+            k_map.shape[-2] * k_map.shape[-1] <= q.shape[-1]:
         return 'literal'
     return 'fused'
 

@@ -168,13 +168,17 @@ def test_fused_equals_literal_values_and_grads(train, mode, hw, k):
     ((2, 2), 48, 'literal'),  # LeCT v2 stage 3
 ])
 def test_auto_impl_rule(grid, dims, expected):
-    q = torch.zeros(1, 2, grid[0] * grid[1], dims)
-    k_map = torch.zeros(1, 2 * dims, *grid)
+    q = torch.zeros(1, 2, grid[0] * grid[1], dims, requires_grad=True)
+    k_map = torch.zeros(1, 2 * dims, *grid, requires_grad=True)
     assert resolve_impl('auto', q, k_map) == expected
-    # Explicit choices stand; off the CPU 'auto' is the fused path.
+    # Explicit choices stand; inference and other devices take SDPA.
     assert resolve_impl('literal', q, k_map) == 'literal'
     assert resolve_impl('fused', q, k_map) == 'fused'
-    assert resolve_impl('auto', q.to('meta'), k_map.to('meta')) == 'fused'
+    with torch.no_grad():
+        assert resolve_impl('auto', q, k_map) == 'fused'
+    assert resolve_impl('auto', q.detach(), k_map.detach()) == 'fused'
+    meta = [t.detach().to('meta').requires_grad_() for t in (q, k_map)]
+    assert resolve_impl('auto', *meta) == 'fused'
 
 
 @pytest.mark.parametrize('sr_ratio,path', [(4, 'literal'), (2, 'fused')])
@@ -193,8 +197,11 @@ def test_auto_takes_the_resolved_path(monkeypatch, sr_ratio, path):
     layer = LeMSA(64, 2, sr_ratio=sr_ratio)
     assert layer.impl == 'auto'
     x = torch.randn(2, 16 * 16, 64)
-    out = layer(x, (16, 16))
+    out = layer(x, (16, 16))  # parameters require grad: training
     assert len(calls) == (1 if path == 'literal' else 0)
+    with torch.no_grad():
+        layer(x, (16, 16))
+    assert len(calls) == (1 if path == 'literal' else 0)  # fused
     for impl in ('fused', 'literal'):
         layer.impl = impl
         torch.testing.assert_close(layer(x, (16, 16)), out, rtol=1e-5,

@@ -12,8 +12,9 @@ keys, so ``Up(q kᵀ) = q Up(k)ᵀ``: ``impl='fused'`` resizes the pooled keys a
 runs :func:`torch.nn.functional.scaled_dot_product_attention` without ever
 materialising the ``Nq x N`` map; ``impl='literal'`` is the report's
 readable path (pooled logits → key-axis resize → scale → softmax), with the
-resize as one matmul. ``impl='auto'`` (the default) trains on whichever
-moves less data for the layer's shapes on the CPU, and is fused otherwise.
+resize as one matmul. ``impl='auto'`` (the default) picks the faster of the
+two on the CPU from the dtype, the shapes and whether autograd records the
+call (see :func:`resolve_impl`), and the fused path on other devices.
 """
 from typing import Optional, Sequence, Tuple, Union
 
@@ -39,27 +40,35 @@ LEMSA_IMPLS = ('auto', ) + IMPLS
 def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
     """The attention path ``impl='auto'`` takes for these inputs.
 
-    ``'literal'`` when training on the CPU (autograd records the call)
-    and the pooled key grid has no more cells than a query/key head has
-    channels (``h' * w' <= d_qk``); ``'fused'`` otherwise. The literal path
-    then moves less data: its key-axis resize (a matmul) produces
-    ``m * Nq`` logit rows instead of the ``m * d_qk`` upsampled key
-    channels SDPA needs, and its backward is a few GEMMs where SDPA's
-    recomputes the attention. On the 2-core CPU (``benchmarks/lemsa.py
-    --scopes core``, batch 64, forward+backward) the literal core took
-    0.73-0.79x of the fused core's time at LeCT v1's stage 1 (16 cells,
-    32 channels), 0.90-0.98x at stage 2 (16, 32) and 1.58-1.64x at stage
-    3 (49, 32). Forward only, fused was the faster (stage 1: 1.45x) and
-    needs half the memory, so inference stays fused; so do other devices,
-    where SDPA's kernels were the faster path on an H100. An explicit
-    ``'fused'`` or ``'literal'`` is returned unchanged.
+    On the CPU, ``'literal'`` in bf16/fp16, and in fp32 when training
+    (autograd records the call) with a pooled key grid of no more cells
+    than a query/key head has channels (``h' * w' <= d_qk``); ``'fused'``
+    otherwise, and on other devices, where SDPA's kernels were the faster
+    path on an H100. An explicit ``'fused'`` or ``'literal'`` is returned
+    unchanged.
+
+    Why, measured with ``benchmarks/lemsa.py --scopes core`` on the 2-core
+    CPU at batch 64, LeCT v1's stages (16, 16 and 49 pooled cells, 32
+    channels per head), literal time / fused time:
+
+    * fp32 forward+backward: 0.73-0.77x, 0.87-0.98x, 1.55-1.64x. The
+      literal path's key-axis resize (a matmul) writes ``m * Nq`` logit
+      rows instead of the ``m * d_qk`` upsampled key channels SDPA needs,
+      and its backward is a few GEMMs where SDPA's recomputes attention.
+    * fp32 forward only: 0.94x, 0.77x, 1.76x, and the fused path needs half
+      the memory (49 against 98 MiB at stage 1), so inference stays fused.
+    * bf16 forward+backward: 0.34-0.35x at all three stages (forward only
+      0.43-0.80x): torch's CPU flash attention is slow in bf16.
     """
     if impl != 'auto':
         return impl
+    if q.device.type != 'cpu':
+        return 'fused'
+    if q.dtype in (torch.bfloat16, torch.float16):
+        return 'literal'
     training = torch.is_grad_enabled() and (q.requires_grad
                                             or k_map.requires_grad)
-    if training and q.device.type == 'cpu' and \
-            k_map.shape[-2] * k_map.shape[-1] <= q.shape[-1]:
+    if training and k_map.shape[-2] * k_map.shape[-1] <= q.shape[-1]:
         return 'literal'
     return 'fused'
 

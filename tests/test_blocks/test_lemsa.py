@@ -166,6 +166,7 @@ def test_fused_equals_literal_values_and_grads(train, mode, hw, k):
     ((4, 4), 32, 'literal'),  # LeCT v1 stages 1-2: 16 cells <= 32 channels
     ((7, 7), 32, 'fused'),  # stage 3: 49 cells > 32
     ((2, 2), 48, 'literal'),  # LeCT v2 stage 3
+    ((8, 8), 48, 'fused'),
 ])
 def test_auto_impl_rule(grid, dims, expected):
     q = torch.zeros(1, 2, grid[0] * grid[1], dims, requires_grad=True)
@@ -179,6 +180,9 @@ def test_auto_impl_rule(grid, dims, expected):
     assert resolve_impl('auto', q.detach(), k_map.detach()) == 'fused'
     meta = [t.detach().to('meta').requires_grad_() for t in (q, k_map)]
     assert resolve_impl('auto', *meta) == 'fused'
+    # bf16 on the CPU: literal at any grid, training or not.
+    half = [t.detach().bfloat16() for t in (q, k_map)]
+    assert resolve_impl('auto', *half) == 'literal'
 
 
 @pytest.mark.parametrize('sr_ratio,path', [(4, 'literal'), (2, 'fused')])

@@ -41,29 +41,41 @@ def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
     """The attention path ``impl='auto'`` takes for these inputs.
 
     On the CPU, ``'literal'`` in bf16/fp16, and in fp32 when training
-    (autograd records the call) with a pooled key grid of no more cells
-    than a query/key head has channels (``h' * w' <= d_qk``); ``'fused'``
-    otherwise, and on other devices, where SDPA's kernels were the faster
-    path on an H100. An explicit ``'fused'`` or ``'literal'`` is returned
-    unchanged.
+    (autograd records the call) with a logit map less than half the size
+    of the upsampled keys (``2 * h' * w' < d_qk``: LeCT v2's stages 2 and 3);
+    ``'fused'`` otherwise, and on other devices, where SDPA's kernels were
+    the faster path on an H100. An explicit ``'fused'`` or ``'literal'`` is
+    returned unchanged.
 
-    Why, measured with ``benchmarks/lemsa.py --scopes core`` on the 2-core
-    CPU at batch 64, LeCT v1's stages (16, 16 and 49 pooled cells, 32
-    channels per head), literal time / fused time:
+    Why, measured on the 2-core CPU (``benchmarks/lemsa.py --scopes core``
+    at batch 64 and LeCT v1's stages: 16, 16 and 49 pooled cells, 32
+    channels per head; literal time / fused time):
 
-    * fp32 forward+backward: 0.73-0.77x, 0.87-0.98x, 1.55-1.64x. The
-      literal path's key-axis resize (a matmul) writes ``m * Nq`` logit
-      rows instead of the ``m * d_qk`` upsampled key channels SDPA needs,
-      and its backward is a few GEMMs where SDPA's recomputes attention.
+    * bf16 forward+backward: 0.34-0.35x at all three stages (forward only
+      0.43-0.80x): torch's CPU flash attention is slow in bf16. Whole bf16
+      training steps at batch 8 were 1.03x (v1), 1.22x (v2) and 1.07x (v3)
+      faster with the literal path.
+    * fp32 forward+backward: 0.73-0.79x, 0.87-0.98x, 1.55-1.64x for the
+      core, but whole LeCT v1 steps were no faster with the literal path at
+      stages 1-2 (batch 64: 3-8 % slower in three of four runs), so fp32
+      keeps SDPA there. Where the logit map is much smaller than the keys,
+      the literal path wins the whole step: LeCT v2 at batch 64 took 4,488
+      ms with it at stages 2-3 (16 cells, 64 channels; 4 cells, 48)
+      against 4,778 ms fused.
     * fp32 forward only: 0.94x, 0.77x, 1.76x, and the fused path needs half
       the memory (49 against 98 MiB at stage 1), so inference stays fused.
-    * bf16 forward+backward: 0.34-0.35x at all three stages (forward only
-      0.43-0.80x): torch's CPU flash attention is slow in bf16.
     """
     if impl != 'auto':
         return impl
     if q.device.type != 'cpu':
         return 'fused'
+    if q.dtype in (torch.bfloat16, torch.float16):
+        return 'literal'
+    training = torch.is_grad_enabled() and (q.requires_grad
+                                            or k_map.requires_grad)
+    if training and 2 * k_map.shape[-2] * k_map.shape[-1] < q.shape[-1]:
+        return 'literal'
+    return 'fused'
     if q.dtype in (torch.bfloat16, torch.float16):
         return 'literal'
     training = torch.is_grad_enabled() and (q.requires_grad

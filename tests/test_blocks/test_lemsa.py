@@ -163,10 +163,10 @@ def test_fused_equals_literal_values_and_grads(train, mode, hw, k):
 
 
 @pytest.mark.parametrize('grid,dims,expected', [
-    ((4, 4), 32, 'literal'),  # LeCT v1 stages 1-2: 16 cells <= 32 channels
-    ((7, 7), 32, 'fused'),  # stage 3: 49 cells > 32
+    ((4, 4), 32, 'fused'),  # LeCT v1 stages 1-2: 2 * 16 cells = 32 channels
+    ((7, 7), 32, 'fused'),  # stage 3
+    ((4, 4), 64, 'literal'),  # LeCT v2 stage 2: 2 * 16 < 64
     ((2, 2), 48, 'literal'),  # LeCT v2 stage 3
-    ((8, 8), 48, 'fused'),
 ])
 def test_auto_impl_rule(grid, dims, expected):
     q = torch.zeros(1, 2, grid[0] * grid[1], dims, requires_grad=True)
@@ -187,7 +187,7 @@ def test_auto_impl_rule(grid, dims, expected):
 
 @pytest.mark.parametrize('sr_ratio,path', [(4, 'literal'), (2, 'fused')])
 def test_auto_takes_the_resolved_path(monkeypatch, sr_ratio, path):
-    # Heads of 32 channels on a 16x16 map: K=4 pools to 16 cells (literal),
+    # Heads of 64 channels on a 16x16 map: K=4 pools to 16 cells (literal),
     # K=2 to 64 (fused). Only the literal path resizes the logit rows.
     from lect_mm.blocks import lemsa
     calls = []
@@ -198,9 +198,9 @@ def test_auto_takes_the_resolved_path(monkeypatch, sr_ratio, path):
 
     monkeypatch.setattr(lemsa, 'resize_grid_axis', spy)
     torch.manual_seed(0)
-    layer = LeMSA(64, 2, sr_ratio=sr_ratio)
+    layer = LeMSA(128, 2, sr_ratio=sr_ratio)
     assert layer.impl == 'auto'
-    x = torch.randn(2, 16 * 16, 64)
+    x = torch.randn(2, 16 * 16, 128)
     out = layer(x, (16, 16))  # parameters require grad: training
     assert len(calls) == (1 if path == 'literal' else 0)
     with torch.no_grad():

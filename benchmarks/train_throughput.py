@@ -5,10 +5,8 @@ runner runs it (the model's loss, then an optim wrapper built by
 ``build_optim_wrapper``: backward + gradient-norm clip (5) + AdamW step;
 see ``_common.TrainStep``), batch 64, 224×224, synthetic
 data already on the device (so the data pipeline is not measured; see
-``data_pipeline.py`` for that). The models are timed in turns, one step
-of each per round, so drift of the machine affects all alike. Prints
-images/s (median and IQR over the timed steps) and the ratio to the
-report's ResNet.
+``data_pipeline.py`` for that). Prints images/s (median and IQR over the
+timed steps) and the ratio to the report's ResNet.
 
 Examples::
 
@@ -29,9 +27,9 @@ import torch
 from _common import (MEMORY_NOTE, MODEL_CONFIGS, REFERENCE_MODEL, Report,
                      TrainStep, add_common_args, add_model_args,
                      build_classifier, compile_model, count_params,
-                     fmt_bytes, machine_header, markdown_table,
-                     measure_interleaved, num_classes_of, peak_memory,
-                     resolve_models, setup, synchronize, synthetic_samples)
+                     fmt_bytes, machine_header, markdown_table, measure,
+                     num_classes_of, peak_memory, resolve_models, setup,
+                     synchronize, synthetic_samples)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -95,6 +93,16 @@ def _release(device: torch.device, compiled: bool) -> None:
         torch._dynamo.reset()
 
 
+def run_model(config: str, args, device: torch.device) -> Dict:
+    model, params, step, inputs, samples = _prepare(config, args, device)
+    stats = measure(lambda: step(inputs, samples), device, args.warmup,
+                    args.iters)
+    mem = peak_memory(lambda: step(inputs, samples), device)
+    del model, step, inputs, samples
+    _release(device, args.compile)
+    return dict(params=params, stats=stats, mem=mem)
+
+
 def _settings(args) -> str:
     flags = [f'batch {args.batch_size}', f'{args.img_size}²',
              'bf16 autocast' if args.amp else 'fp32']
@@ -106,38 +114,18 @@ def _settings(args) -> str:
 
 
 def throughput_table(args, device: torch.device, report: Report) -> None:
-    """Time every model's step in turns (``measure_interleaved``).
-
-    All models are built first and each runs one trial step (a model that
-    fails is reported and left out); then each round runs one step of every
-    model, the order reversing every round. A model's figure therefore does
-    not depend on where it stands in the list: timed one after another, the
-    first model of a CPU run came out about 10 % slower.
-    """
     models = resolve_models(args.models, args.quick)
     results: Dict[str, Optional[Dict]] = {}
-    calls = {}
     for name, config in models.items():
         print(f'[{name}] {config}', file=sys.stderr, flush=True)
         try:
-            _, params, step, inputs, samples = _prepare(config, args, device)
-            call = (lambda step=step, inputs=inputs, samples=samples: step(
-                inputs, samples))
-            call()  # fails early; counts as warm-up
-            calls[name] = call
-            results[name] = dict(params=params)
+            results[name] = run_model(config, args, device)
+            print(f'[{name}] ' + results[name]['stats'].rate(
+                args.batch_size) + ' images/s', file=sys.stderr, flush=True)
         except Exception as err:  # noqa: BLE001  (report and go on)
             traceback.print_exc()
             results[name] = dict(error=f'{type(err).__name__}: {err}')
             _release(device, args.compile)
-    timed = measure_interleaved(list(calls.values()), device, args.warmup,
-                                args.iters)
-    for (name, call), stats in zip(calls.items(), timed):
-        results[name].update(stats=stats, mem=peak_memory(call, device))
-        print(f'[{name}] ' + stats.rate(args.batch_size) + ' images/s',
-              file=sys.stderr, flush=True)
-    del calls
-    _release(device, args.compile)
     ref = results.get(REFERENCE_MODEL)
     ref_rate = (args.batch_size / ref['stats'].median
                 if ref and 'stats' in ref else None)
@@ -166,8 +154,7 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
                f'then the optim wrapper\'s update_params (backward + '
                f'clip-grad (max norm 5) + AdamW + grad-norm logging); '
                f'{args.warmup} warm-up steps, '
-               f'{args.iters} timed steps, the models in turns (order '
-               f'reversed every round); synthetic data on the device. '
+               f'{args.iters} timed steps; synthetic data on the device. '
                f'{MEMORY_NOTE[device.type]}.')
     report.add()
 

@@ -166,10 +166,12 @@ def resize_grid_axis(x: torch.Tensor, in_size: Tuple[int, int],
     literal path resizes its logit map along the key axis this way. For
     source grids of at most :data:`MATMUL_RESIZE_MAX_CELLS` cells (every
     mode) it is one matmul with :func:`interpolation_matrix`: the rows stay
-    contiguous, and forward and backward are plain GEMMs (on the CPU about
-    3x faster than ``F.interpolate`` on the channels-first map the rows
-    form). Larger grids, and tracing (so that FLOP counters see the resize
-    the architecture specifies), use ``F.interpolate``.
+    contiguous, and forward and backward are plain GEMMs. On the 2-core CPU
+    this took LeMSA's literal attention core (forward+backward, batch 64)
+    from 99 to 62 ms at LeCT v1's stage 1 and from 40 to 19 ms at stage 2,
+    against ``F.interpolate`` on the channels-first map the rows form.
+    Larger grids, and tracing (so that FLOP counters see the resize the
+    architecture specifies), use ``F.interpolate``.
 
     Args:
         x (torch.Tensor): Rows over the flattened grid ``(..., h*w)``.

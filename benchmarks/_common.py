@@ -58,6 +58,16 @@ QUICK_MODELS = ('LeCT', 'ResNet')
 
 
 # --------------------------------------------------------------- arguments
+def new_parser(doc: str) -> argparse.ArgumentParser:
+    """A script's parser: its docstring's first paragraph as description,
+    the docstring's layout kept, and the common arguments added."""
+    parser = argparse.ArgumentParser(
+        description=doc.split('\n\n')[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_args(parser)
+    return parser
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> None:
     """Add ``--device``, ``--quick``, ``--out``, ``--threads``, ``--seed``."""
     parser.add_argument(
@@ -169,10 +179,11 @@ def build_classifier(config, cfg_options: Optional[dict] = None):
     Returns:
         nn.Module: The classifier.
     """
-    import lect_mm  # noqa: F401  (registers the library)
     from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS
+
+    import lect_mm  # noqa: F401  (registers the library)
 
     init_default_scope('mmpretrain')
     cfg = load_config(config, cfg_options) if isinstance(config,

@@ -35,12 +35,11 @@ from typing import Dict, List
 
 import numpy as np
 import torch
-from mmpretrain.datasets import BaseDataset
-
 from _common import (MODEL_CONFIGS, REPO_ROOT, Report, TrainStep,
-                     add_common_args, build_classifier, compile_model,
-                     fmt_rate, load_config, machine_header, markdown_table,
-                     measure, setup, synchronize)
+                     build_classifier, compile_model, fmt_rate, load_config,
+                     machine_header, markdown_table, measure, new_parser,
+                     setup, synchronize)
+from mmpretrain.datasets import BaseDataset
 
 DATASET_CONFIGS = {
     'cpu': 'configs/_base_/datasets/cifar10.py',
@@ -91,10 +90,7 @@ class InMemoryImages(BaseDataset):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
+    parser = new_parser(__doc__)
     parser.add_argument('--model', default='LeCT',
                         help=f'a report model ({", ".join(MODEL_CONFIGS)}) '
                         'or a config path; default LeCT')

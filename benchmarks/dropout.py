@@ -26,19 +26,16 @@ from typing import List, Tuple
 
 import torch
 import torch.nn as nn
+from _common import (Report, TrainStep, add_model_args, build_classifier,
+                     machine_header, markdown_table, measure_interleaved,
+                     new_parser, num_classes_of, resolve_models, setup,
+                     synthetic_samples)
 
-from _common import (Report, TrainStep, add_common_args, add_model_args,
-                     build_classifier, machine_header, markdown_table,
-                     measure_interleaved, num_classes_of, resolve_models,
-                     setup, synthetic_samples)
 from lect_mm.blocks import FastDropout
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
+    parser = new_parser(__doc__)
     add_model_args(parser, default=('LeCT', ))
     parser.add_argument('--batch-size', type=int, default=8)
     parser.add_argument('--img-size', type=int, default=224)

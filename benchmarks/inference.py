@@ -19,18 +19,14 @@ import traceback
 from typing import Dict, List
 
 import torch
-
-from _common import (REFERENCE_MODEL, Report, add_common_args,
-                     add_model_args, autocast, build_classifier,
-                     compile_model, count_params, machine_header,
-                     markdown_table, measure, resolve_models, setup)
+from _common import (REFERENCE_MODEL, Report, add_model_args, autocast,
+                     build_classifier, compile_model, count_params,
+                     machine_header, markdown_table, measure, new_parser,
+                     resolve_models, setup)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
+    parser = new_parser(__doc__)
     add_model_args(parser)
     parser.add_argument('--batch-sizes', nargs='+', type=int,
                         default=[1, 64])

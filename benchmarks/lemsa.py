@@ -36,11 +36,10 @@ import traceback
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
-
-from _common import (Report, add_common_args, autocast, fmt_bytes,
-                     machine_header, markdown_table, measure, setup,
-                     synchronize)
+from _common import (Report, autocast, fmt_bytes, machine_header,
+                     markdown_table, measure, new_parser, setup, synchronize)
 from einops import rearrange
+
 from lect_mm.blocks import LeMSA
 from lect_mm.blocks.lemsa import _pool, upsampled_key_attention
 
@@ -70,10 +69,7 @@ MEMORY_NOTE = {
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
+    parser = new_parser(__doc__)
     parser.add_argument('--batch-size', type=int, default=64)
     parser.add_argument('--img-size', type=int, default=224,
                         help='image size the stage shapes derive from '

@@ -30,19 +30,15 @@ from typing import Dict
 
 import torch
 import torch.nn.functional as F
-
-from _common import (REPO_ROOT, Report, add_common_args,
-                     build_report_optim_wrapper, machine_header,
-                     markdown_table, measure_interleaved, setup)
+from _common import (REPO_ROOT, Report, build_report_optim_wrapper,
+                     machine_header, markdown_table, measure_interleaved,
+                     new_parser, setup)
 
 VARIANTS = ('v1', 'v2', 'v3')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
+    parser = new_parser(__doc__)
     parser.add_argument('--variants', nargs='+', default=list(VARIANTS),
                         choices=VARIANTS)
     parser.add_argument('--batch-size', type=int, default=64)
@@ -79,8 +75,9 @@ def load_converter():
 
 def build_pair(variant: str, num_classes: int = 10):
     """The reference (random weights) and lect_mm's model with them."""
-    import lect_mm  # noqa: F401
     from mmpretrain.registry import MODELS
+
+    import lect_mm  # noqa: F401
 
     reference = load_reference_module()
     converter = load_converter()

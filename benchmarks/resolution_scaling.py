@@ -28,10 +28,9 @@ import traceback
 from typing import Dict, List, Optional
 
 import torch
-
-from _common import (MEMORY_NOTE, MODEL_CONFIGS, Report, add_common_args,
-                     autocast, build_classifier, fmt_bytes, load_config,
-                     machine_header, markdown_table, measure, peak_memory,
+from _common import (MEMORY_NOTE, MODEL_CONFIGS, Report, autocast,
+                     build_classifier, fmt_bytes, load_config, machine_header,
+                     markdown_table, measure, new_parser, peak_memory,
                      save_plot, setup)
 
 # LeCT (v1) pooled grids at 224 input: stages at 56², 28², 14² with K = 14,
@@ -54,10 +53,7 @@ def variants() -> Dict[str, tuple]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     names = list(variants())
-    parser = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
+    parser = new_parser(__doc__)
     parser.add_argument(
         '--models', nargs='+', default=None, choices=names,
         metavar='MODEL',

@@ -23,20 +23,16 @@ import traceback
 from typing import Dict, Optional
 
 import torch
-
 from _common import (MEMORY_NOTE, MODEL_CONFIGS, REFERENCE_MODEL, Report,
-                     TrainStep, add_common_args, add_model_args,
-                     build_classifier, compile_model, count_params,
-                     fmt_bytes, machine_header, markdown_table, measure,
-                     num_classes_of, peak_memory, resolve_models, setup,
-                     synchronize, synthetic_samples)
+                     TrainStep, add_model_args, build_classifier,
+                     compile_model, count_params, fmt_bytes, machine_header,
+                     markdown_table, measure, new_parser, num_classes_of,
+                     peak_memory, resolve_models, setup, synchronize,
+                     synthetic_samples)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split('\n\n')[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_args(parser)
+    parser = new_parser(__doc__)
     add_model_args(parser)
     parser.add_argument('--batch-size', type=int, default=64)
     parser.add_argument('--img-size', type=int, default=224)

@@ -165,13 +165,18 @@ def test_errors(args, kwargs, match):
         LeMSAv2(*args, **kwargs)
 
 
-def test_compiles_as_one_graph():
+@pytest.mark.parametrize('impl', ['fused', 'literal'])
+def test_compiles_as_one_graph(impl):
     # torch.compile (the compile=True switch) captures the layer, the
-    # cached bicubic interpolation matrix included, without graph breaks.
+    # cached interpolation matrices (bicubic keys; the literal path's logit
+    # resize) included, without graph breaks, forward and backward.
     torch._dynamo.reset()
-    layer = LeMSAv2(32, 2, sr_ratio=4, h_ratio=0.5)
+    layer = LeMSAv2(32, 2, sr_ratio=4, h_ratio=0.5, impl=impl)
     x = torch.randn(2, 16 * 16, 32)
     ref = layer(x, (16, 16))
     compiled = torch.compile(layer, backend='eager', fullgraph=True)
-    torch.testing.assert_close(compiled(x, (16, 16)), ref)
+    out = compiled(x, (16, 16))
+    torch.testing.assert_close(out, ref)
+    out.sum().backward()
+    assert layer.proj_v.weight.grad is not None
     torch._dynamo.reset()

@@ -17,11 +17,7 @@ from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
-from .utils import build_attention
-
-
-def _conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
-    return (size + 2 * padding - kernel) // stride + 1
+from .utils import build_attention, conv_out_size
 
 
 @MODELS.register_module()
@@ -99,9 +95,10 @@ class CCTTokenizer(BaseModule):
     def output_size(self, size: int) -> int:
         """Token-grid side for an input side ``size``."""
         for _ in self.conv_layers:
-            size = _conv_out(size, self.kernel_size, self.stride, self.padding)
+            size = conv_out_size(size, self.kernel_size, self.stride,
+                                 self.padding)
             if self.max_pool:
-                size = _conv_out(size, 3, 2, 1)
+                size = conv_out_size(size, 3, 2, 1)
         return size
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, tuple]:

@@ -19,7 +19,7 @@ from mmpretrain.registry import MODELS
 
 from .attention import MultiheadSelfAttention
 from .ffn import LeFFN
-from .utils import attend, build_attention
+from .utils import attend, build_attention, conv_out_size
 
 
 @MODELS.register_module()
@@ -65,10 +65,9 @@ class Image2Tokens(BaseModule):
 
     def output_size(self, size: int) -> int:
         """Spatial size after the stem for an input side ``size``."""
-        k, s, p = (self.conv.kernel_size[0], self.conv.stride[0],
-                   self.conv.padding[0])
-        size = (size + 2 * p - k) // s + 1
-        return (size + 2 - 3) // 2 + 1
+        size = conv_out_size(size, self.conv.kernel_size[0],
+                             self.conv.stride[0], self.conv.padding[0])
+        return conv_out_size(size, 3, 2, 1)  # the max pool
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C_in, H, W) → (B, out_channels, H/4, W/4)."""

@@ -109,6 +109,12 @@ def is_compiling() -> bool:
     return torch._dynamo.is_compiling()  # torch < 2.3
 
 
+def conv_out_size(size: int, kernel: int, stride: int = 1,
+                  padding: int = 0) -> int:
+    """Output side of a convolution or pooling window (floor mode)."""
+    return (size + 2 * padding - kernel) // stride + 1
+
+
 def check_choice(value, choices, name: str):
     """Return ``value`` if it is one of ``choices``, else a ValueError that
     names the argument and the valid choices."""

@@ -17,7 +17,8 @@ from mmengine.model import BaseModule, ModuleList
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
-from lect_mm.blocks.utils import accepted_args, set_defaults, to_pair
+from lect_mm.blocks.utils import (accepted_args, conv_out_size, set_defaults,
+                                  to_pair)
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
                                   freeze, parse_arch, parse_out_indices,
                                   run_block)
@@ -66,10 +67,6 @@ def _per_stage(cfg: Union[dict, Sequence[dict], None], num_stages: int,
         raise ValueError(f'{name} must be a dict or a list of {num_stages} '
                          f'dicts (one per stage), got {len(cfg)} entries.')
     return cfg
-
-
-def _conv_out(size: int, kernel: int, stride: int) -> int:
-    return (size + 2 * (kernel // 2) - kernel) // stride + 1
 
 
 class LeCTStage(BaseModule):
@@ -258,7 +255,8 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         prev_dims, block_idx = in_channels, 0
         for i, dims in enumerate(self.embed_dims):
             kernel, stride = arch['patch_sizes'][i], arch['strides'][i]
-            size = tuple(_conv_out(s, kernel, stride) for s in size)
+            size = tuple(
+                conv_out_size(s, kernel, stride, kernel // 2) for s in size)
             patch = merge_cfg(
                 dict(type='ConvPatchEmbed',
                      norm_cfg=dict(type='LN', eps=1e-5)), patch_cfgs[i])

@@ -27,8 +27,8 @@ from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 from .dropout import FastDropout
-from .upsample import (SVConvTransposeUpsampler, check_resize_mode, resize,
-                       resize_grid_axis)
+from .upsample import (MATMUL_RESIZE_MAX_CELLS, SVConvTransposeUpsampler,
+                       check_resize_mode, resize, resize_grid_axis)
 from .utils import IMPLS, attend, check_choice
 
 QKV_MODES = ('sequential', 'parallel')
@@ -40,9 +40,16 @@ LEMSA_IMPLS = ('auto', ) + IMPLS
 def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
     """The attention path ``impl='auto'`` takes for these inputs.
 
-    On the CPU, ``'literal'`` in bf16/fp16, and in fp32 when training
-    (autograd records the call) with a logit map less than half the size
-    of the upsampled keys (``2 * h' * w' < d_qk``: LeCT v2's stages 2 and 3);
+    On the CPU, ``'literal'``:
+
+    * in bf16/fp16, for pooled grids of up to
+      :data:`~lect_mm.blocks.upsample.MATMUL_RESIZE_MAX_CELLS` cells (its
+      resize is then one matmul; on larger grids its ``Nq x N`` logit map
+      per head outgrows the upsampled keys);
+    * in fp32 when training (autograd records the call), where the logit
+      map is under half the size of the upsampled keys
+      (``2 * h' * w' < d_qk``: LeCT v2's stages 2 and 3).
+
     ``'fused'`` otherwise, and on other devices, where SDPA's kernels were
     the faster path on an H100. An explicit ``'fused'`` or ``'literal'`` is
     returned unchanged.
@@ -69,11 +76,12 @@ def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
         return impl
     if q.device.type != 'cpu':
         return 'fused'
+    cells = k_map.shape[-2] * k_map.shape[-1]
     if q.dtype in (torch.bfloat16, torch.float16):
-        return 'literal'
+        return 'literal' if cells <= MATMUL_RESIZE_MAX_CELLS else 'fused'
     training = torch.is_grad_enabled() and (q.requires_grad
                                             or k_map.requires_grad)
-    if training and 2 * k_map.shape[-2] * k_map.shape[-1] < q.shape[-1]:
+    if training and 2 * cells < q.shape[-1]:
         return 'literal'
     return 'fused'
     if q.dtype in (torch.bfloat16, torch.float16):

@@ -180,9 +180,11 @@ def test_auto_impl_rule(grid, dims, expected):
     assert resolve_impl('auto', q.detach(), k_map.detach()) == 'fused'
     meta = [t.detach().to('meta').requires_grad_() for t in (q, k_map)]
     assert resolve_impl('auto', *meta) == 'fused'
-    # bf16 on the CPU: literal at any grid, training or not.
+    # bf16 on the CPU: literal, training or not, up to 64 pooled cells.
     half = [t.detach().bfloat16() for t in (q, k_map)]
     assert resolve_impl('auto', *half) == 'literal'
+    big = torch.zeros(1, 2 * dims, 9, 9, dtype=torch.bfloat16)  # 81 cells
+    assert resolve_impl('auto', half[0], big) == 'fused'
 
 
 @pytest.mark.parametrize('sr_ratio,path', [(4, 'literal'), (2, 'fused')])

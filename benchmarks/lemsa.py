@@ -42,6 +42,7 @@ from einops import rearrange
 
 from lect_mm.blocks import LeMSA
 from lect_mm.blocks.lemsa import _pool, upsampled_key_attention
+from lect_mm.blocks.utils import IMPLS  # the two paths compared
 
 # LeCT v1 stages (SPEC §6): (embed_dims, num_heads, sr_ratio K, stride from
 # the input image).
@@ -50,7 +51,6 @@ STAGES = {
     2: dict(embed_dims=128, num_heads=4, sr_ratio=7, stride=8),
     3: dict(embed_dims=192, num_heads=6, sr_ratio=2, stride=16),
 }
-IMPLS = ('fused', 'literal')
 PASSES = ('fwd', 'fwd+bwd')
 SCOPES = {
     'layer': 'whole LeMSA layer',

@@ -30,7 +30,7 @@ from mmengine.analysis.jit_handles import elementwise_flop_counter, get_shape
 from mmengine.analysis.print_helper import complexity_stats_table
 from mmengine.config import Config, DictAction
 
-IMPL_CHOICES = ('auto', 'fused', 'literal')
+from lect_mm.blocks.lemsa import LEMSA_IMPLS as IMPL_CHOICES  # ⊇ IMPLS
 
 
 def sdpa_flop_jit(inputs, outputs) -> int:

@@ -79,6 +79,13 @@ def _interpolate(x: torch.Tensor, size: Tuple[int, int],
         x, size=tuple(size), mode=mode, align_corners=align_corners)
 
 
+def _resize_by_matrix(cells: int) -> bool:
+    """Whether a resize from a grid of ``cells`` cells runs as a matmul:
+    small grids, and not under tracing, so that FLOP counters see the
+    resize the architecture specifies."""
+    return cells <= MATMUL_RESIZE_MAX_CELLS and not torch.jit.is_tracing()
+
+
 def interpolation_matrix(in_size: Tuple[int, int],
                          out_size: Tuple[int, int],
                          mode: str,
@@ -136,7 +143,7 @@ def resize(x: torch.Tensor, size: Tuple[int, int], mode: str) -> torch.Tensor:
     :data:`MATMUL_RESIZE_MAX_CELLS` cells run as one matmul with
     :func:`interpolation_matrix` (same weights, about 10x faster forward +
     backward for bicubic on a CPU) and return a ``channels_last`` map; all
-    else runs ``F.interpolate``.
+    else, and any resize under tracing, runs ``F.interpolate``.
 
     Args:
         x (torch.Tensor): Input map ``(B, C, h, w)``.
@@ -148,7 +155,7 @@ def resize(x: torch.Tensor, size: Tuple[int, int], mode: str) -> torch.Tensor:
     """
     size = tuple(size)
     h, w = x.shape[-2:]
-    if (mode in MATMUL_RESIZE_MODES and h * w <= MATMUL_RESIZE_MAX_CELLS
+    if (mode in MATMUL_RESIZE_MODES and _resize_by_matrix(h * w)
             and (h, w) != size):
         matrix = interpolation_matrix((h, w), size, mode, x.device, x.dtype)
         tokens = rearrange(x, 'b c h w -> b (h w) c')
@@ -189,7 +196,7 @@ def resize_grid_axis(x: torch.Tensor, in_size: Tuple[int, int],
                          f'the {h}x{w} grid ({h * w} cells).')
     if in_size == out_size:
         return x
-    if h * w <= MATMUL_RESIZE_MAX_CELLS and not torch.jit.is_tracing():
+    if _resize_by_matrix(h * w):
         return x @ interpolation_matrix(in_size, out_size, mode, x.device,
                                         x.dtype)
     lead = x.shape[:-1]

@@ -40,6 +40,8 @@ os.environ.setdefault('KINETO_LOG_LEVEL', '5')  # quiet profiler on CPU
 
 import torch  # noqa: E402
 
+from lect_mm.analysis import count_params  # noqa: E402,F401  (re-exported)
+
 REPO_ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 # The models of the report's Table 2 (SPEC §9), CIFAR-10 configs.
@@ -197,10 +199,6 @@ def build_classifier(config, cfg_options: Optional[dict] = None):
     finally:
         logger.setLevel(level)
     return model
-
-
-def count_params(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def compile_model(model: torch.nn.Module) -> torch.nn.Module:

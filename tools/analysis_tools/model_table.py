@@ -2,7 +2,7 @@
 
 Prints a markdown table, one row per config, in the format of the family
 READMEs (``Model | Params (M) | FLOPs (G) | ...``). FLOPs come from
-``tools/analysis_tools/get_flops.py`` (imported, not re-implemented), which
+``lect_mm.analysis`` (the counter of ``get_flops.py``), which
 counts attention on the blocks' explicit (literal) path, since tracers do not
 see inside ``scaled_dot_product_attention``. Throughput is inference
 images/s on random input: ``--warmup`` untimed iterations, then the median
@@ -17,7 +17,6 @@ Example::
         --shape 224 224 --throughput --batch-size 64 --plot models.png
 """
 import argparse
-import importlib.util
 import os
 import os.path as osp
 import statistics
@@ -25,45 +24,9 @@ import time
 from typing import Callable, Optional, Sequence
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 
-GET_FLOPS = osp.join(osp.dirname(osp.abspath(__file__)), 'get_flops.py')
-
-
-def _load_flops_counter() -> Callable:
-    """Import the FLOP counting function of ``get_flops.py``.
-
-    Returns:
-        callable: ``count(model, input_shape) -> int`` (FLOPs of one image,
-        one multiply-add counted as one FLOP, as mmengine does).
-    """
-    if not osp.isfile(GET_FLOPS):
-        raise FileNotFoundError(
-            f'{GET_FLOPS} is missing; model_table imports its counter')
-    spec = importlib.util.spec_from_file_location('lect_get_flops', GET_FLOPS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    for name in ('count_flops', 'get_flops'):
-        fn = getattr(module, name, None)
-        if callable(fn):
-            return fn
-    raise AttributeError(
-        f'{GET_FLOPS} defines no count_flops(model, input_shape)')
-
-
-def build_model(config: str, cfg_options: Optional[dict] = None):
-    """Build the classifier of a config (eval mode, CPU)."""
-    from mmpretrain.apis import get_model
-
-    cfg = Config.fromfile(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
-    return get_model(cfg).eval()
-
-
-def count_params(model: torch.nn.Module) -> int:
-    """All parameters of the model, frozen ones included."""
-    return sum(p.numel() for p in model.parameters())
+from lect_mm.analysis import build_model, count_flops, count_params
 
 
 @torch.inference_mode()
@@ -227,7 +190,7 @@ def parse_args(argv=None):
 def main(argv=None) -> str:
     args = parse_args(argv)
     input_shape = (3, *args.shape)
-    flops_fn = None if args.no_flops else _load_flops_counter()
+    flops_fn = None if args.no_flops else count_flops
     rows = [
         model_row(cfg, input_shape, flops_fn, args.cfg_options,
                   args.throughput, batch_size=args.batch_size,

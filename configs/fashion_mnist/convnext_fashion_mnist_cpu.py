@@ -1,0 +1,11 @@
+# the report's ConvNeXt on Fashion-MNIST for a 2-core CPU (the `cpu` protocol
+# of tools/benchmark_accuracy.py): 64x64 input, 10,000 training images,
+# RandomCrop + flip, the report's optimiser and cosine schedule over 8 epochs.
+_base_ = [
+    '../_base_/models/convnext_report.py',
+    '../_base_/datasets/fashion_mnist_64px.py',
+    '../_base_/schedules/report_60e_lr6e-3.py',
+    '../_base_/default_runtime.py',
+]
+
+train_cfg = dict(max_epochs=8)

@@ -1,0 +1,12 @@
+# the report's ViT on Fashion-MNIST for a 2-core CPU (the `cpu` protocol of
+# tools/benchmark_accuracy.py): 64x64 input, 10,000 training images, RandomCrop
+# + flip, the report's optimiser and cosine schedule over 8 epochs.
+_base_ = [
+    '../_base_/models/vit_report.py',
+    '../_base_/datasets/fashion_mnist_64px.py',
+    '../_base_/schedules/report_60e.py',
+    '../_base_/default_runtime.py',
+]
+
+train_cfg = dict(max_epochs=8)
+model = dict(backbone=dict(img_size=64))

@@ -6,7 +6,11 @@ runner runs it (the model's loss, then an optim wrapper built by
 see ``_common.TrainStep``), batch 64, 224×224, synthetic
 data already on the device (so the data pipeline is not measured; see
 ``data_pipeline.py`` for that). Prints images/s (median and IQR over the
-timed steps) and the ratio to the report's ResNet.
+timed steps) and the ratio to the report's ResNet, and next to them the
+device-independent footprint of a step (``lect_mm.analysis.
+training_footprint``, eager fp32, batch ``min(8, --batch-size)``): the bytes
+autograd saves for backward per image and the ATen ops dispatched in forward
++ backward, each also as a ratio to ResNet.
 
 Examples::
 
@@ -29,6 +33,8 @@ from _common import (MEMORY_NOTE, MODEL_CONFIGS, REFERENCE_MODEL, Report,
                      markdown_table, measure, new_parser, num_classes_of,
                      peak_memory, resolve_models, setup, synchronize,
                      synthetic_samples)
+
+from lect_mm.analysis import training_footprint
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -89,14 +95,27 @@ def _release(device: torch.device, compiled: bool) -> None:
         torch._dynamo.reset()
 
 
+def footprint(config: str, args, device: torch.device) -> Dict:
+    """Saved bytes per image and ATen ops of an eager fp32 step."""
+    model = build_classifier(config).to(device)
+    result = training_footprint(
+        model, (3, args.img_size, args.img_size),
+        batch_size=min(8, args.batch_size),
+        num_classes=num_classes_of(model))
+    del model
+    return result
+
+
 def run_model(config: str, args, device: torch.device) -> Dict:
+    fp = footprint(config, args, device)
     model, params, step, inputs, samples = _prepare(config, args, device)
     stats = measure(lambda: step(inputs, samples), device, args.warmup,
                     args.iters)
     mem = peak_memory(lambda: step(inputs, samples), device)
     del model, step, inputs, samples
     _release(device, args.compile)
-    return dict(params=params, stats=stats, mem=mem)
+    return dict(params=params, stats=stats, mem=mem,
+                saved=fp['saved_bytes_per_image'], ops=fp['ops'])
 
 
 def _settings(args) -> str:
@@ -129,21 +148,24 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
     for name, res in results.items():
         if 'error' in res:
             rows.append([name, '', 'failed: ' + res['error'][:120], '', '',
-                         ''])
+                         '', '', ''])
             continue
         rate = args.batch_size / res['stats'].median
         rows.append([
             name, f'{res["params"] / 1e6:.3f}', res['stats'].ms(),
             res['stats'].rate(args.batch_size),
             f'{rate / ref_rate:.2f}' if ref_rate else 'n/a',
-            fmt_bytes(res['mem'])
+            fmt_bytes(res['mem']),
+            _with_ratio(fmt_bytes(res['saved']), res['saved'], ref, 'saved'),
+            _with_ratio(f'{res["ops"]:,}', res['ops'], ref, 'ops'),
         ])
     report.add(f'### Training throughput ({_settings(args)})')
     report.add()
     report.add(
         markdown_table([
             'Model', 'Params (M)', 'Step ms, median [IQR]',
-            'Images/s, median [IQR]', f'× {REFERENCE_MODEL}', 'Peak memory'
+            'Images/s, median [IQR]', f'× {REFERENCE_MODEL}', 'Peak memory',
+            'Saved for backward / image', 'ATen ops / step'
         ], rows))
     report.add()
     report.add(f'Full step as mmengine runs it: forward + cross-entropy, '
@@ -151,8 +173,21 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
                f'clip-grad (max norm 5) + AdamW + grad-norm logging); '
                f'{args.warmup} warm-up steps, '
                f'{args.iters} timed steps; synthetic data on the device. '
-               f'{MEMORY_NOTE[device.type]}.')
+               f'{MEMORY_NOTE[device.type]}. Saved for backward: the '
+               'distinct tensor storages autograd keeps from the forward '
+               '(saved_tensors_hooks); ATen ops: calls seen by a '
+               'TorchDispatchMode in forward + backward (each at least one '
+               f'kernel launch on a GPU); eager fp32, batch '
+               f'{min(8, args.batch_size)}, ratio to {REFERENCE_MODEL} in '
+               'parentheses.')
     report.add()
+
+
+def _with_ratio(text: str, value: float, ref: Optional[Dict],
+                key: str) -> str:
+    if ref and key in ref:
+        return f'{text} ({value / ref[key]:.1f}×)'
+    return text
 
 
 def _time_attr(event, kind: str) -> float:

@@ -1,0 +1,65 @@
+"""training_footprint: exact saved bytes and op counts, pinned for LeCT."""
+import pytest
+import torch
+import torch.nn as nn
+
+from lect_mm.analysis import build_model, training_footprint
+
+
+class Scale(nn.Module):
+    """logits = x * w: autograd saves x for dw (the input needs no grad)."""
+
+    def __init__(self, features):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(features))
+
+    def forward(self, x):
+        return x * self.w
+
+
+def test_counts_a_known_step():
+    result = training_footprint(Scale(10), (10, ), batch_size=4)
+    # x (4 x 10 float32) for mul; the log-probabilities (4 x 10 float32),
+    # the labels (4 int64) and the total weight (a float32 scalar) for the
+    # cross-entropy
+    assert result['saved_bytes'] == 4 * 10 * 4 + 4 * 10 * 4 + 4 * 8 + 4
+    assert result['saved_bytes_per_image'] == result['saved_bytes'] / 4
+    assert result['ops_by_name']['mul'] >= 1
+    assert result['ops'] > result['forward_ops'] > 0
+    # gradients are not left behind
+    assert all(p.grad is None for p in Scale(10).parameters())
+
+
+def test_saved_bytes_grow_with_the_batch():
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 10))
+    one, two, four = (
+        training_footprint(model, (16, ), batch_size=b) for b in (1, 2, 4))
+    # activations grow linearly with the batch, weights are counted once
+    per_image = two['saved_bytes'] - one['saved_bytes']
+    assert per_image > 0
+    assert four['saved_bytes'] - two['saved_bytes'] == 2 * per_image
+    assert four['ops'] == one['ops']
+
+
+# Upper bounds at batch 1, 224x224, fp32, training mode (forward + backward
+# of the classifier and a cross-entropy loss). They pin today's figures with
+# a 2 % margin, so that a change that makes LeCT save more for backward or
+# dispatch more ops fails here; lower them when the footprint shrinks.
+PINNED = {
+    'configs/baselines/resnet_cifar10.py': (15_168_720, 404),
+    'configs/lect/lect_v1_cifar10.py': (86_892_780, 1375),
+    'configs/lect/lect_v2_cifar10.py': (82_117_108, 1948),
+    'configs/lect/lect_v3_cifar10.py': (83_023_448, 1445),
+}
+
+
+@pytest.mark.parametrize('config', sorted(PINNED))
+def test_pinned_footprint(config):
+    torch.manual_seed(0)
+    result = training_footprint(build_model(config), (3, 224, 224), 1)
+    saved, ops = PINNED[config]
+    assert result['saved_bytes'] <= saved * 1.02
+    assert result['ops'] <= ops * 1.02
+    # and the pin is not stale by more than the margin either way
+    assert result['saved_bytes'] >= saved * 0.98
+    assert result['ops'] >= ops * 0.98

@@ -3,16 +3,47 @@
 CeiT's LeFF without the class-token split; token-block interface
 ``forward(x, hw_shape)``.
 """
-from typing import Tuple
+from typing import Callable, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 from .dropout import FastDropout
+from .utils import is_compiling
+
+
+def _recomputable_bn(bn: nn.Module, x: torch.Tensor,
+                     recomputing: bool) -> torch.Tensor:
+    """``bn(x)``; when recomputing for backward, the same batch statistics
+    without a second update of the running statistics (momentum 0 keeps
+    them bit for bit, ``num_batches_tracked`` is not counted again)."""
+    if not recomputing or type(bn) is not nn.BatchNorm2d:
+        return bn(x)
+    return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight,
+                        bn.bias, True, 0., bn.eps)
+
+
+def recompute_elementwise(fn: Callable[[torch.Tensor, bool], torch.Tensor],
+                          x: torch.Tensor) -> torch.Tensor:
+    """``fn(x, recomputing)`` whose intermediates are not kept for backward.
+
+    Only ``x`` is saved; backward runs ``fn(x, True)`` again (with the
+    random state of the first call, so dropout masks repeat). Meant for
+    cheap element-wise chains (norm, activation, dropout) between
+    convolutions, whose outputs would otherwise each be saved.
+    """
+    state = dict(calls=0)
+
+    def run(inp):
+        state['calls'] += 1
+        return fn(inp, state['calls'] > 1)
+
+    return torch.utils.checkpoint.checkpoint(run, x, use_reentrant=False)
 
 
 @MODELS.register_module()
@@ -38,6 +69,10 @@ class LeFFN(BaseModule):
         norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
         act_cfg (dict): Activation config. Defaults to
             ``dict(type='GELU')``.
+        recompute (bool): In training, keep only the convolutions' inputs
+            and outputs for backward and recompute the norms, activations
+            and dropouts between them (same values and gradients, about
+            half the LeFFN's activation memory). Defaults to True.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -49,8 +84,10 @@ class LeFFN(BaseModule):
                  with_bn: bool = True,
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
+                 recompute: bool = True,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
+        self.recompute = recompute
         hidden = int(embed_dims * ffn_ratio)
         if hidden < 1:
             raise ValueError(f'int(embed_dims * ffn_ratio) = int({embed_dims}'
@@ -86,7 +123,20 @@ class LeFFN(BaseModule):
             raise ValueError(f'hw_shape {tuple(hw_shape)} does not match the '
                              f'{x.shape[1]} tokens of x {tuple(x.shape)}.')
         x = rearrange(x, 'b (h w) c -> b c h w', h=H, w=W)
-        x = self.act(self.bn1(self.conv1(x)))
-        x = self.drop(self.act(self.bn2(self.conv2(x))))
-        x = self.drop(self.bn3(self.conv3(x)))
+        if (self.recompute and self.training and torch.is_grad_enabled()
+                and not is_compiling()):
+            x = recompute_elementwise(self._hidden, self.conv1(x))
+            x = recompute_elementwise(self._output, self.conv3(x))
+        else:
+            x = self.act(self.bn1(self.conv1(x)))
+            x = self.drop(self.act(self.bn2(self.conv2(x))))
+            x = self.drop(self.bn3(self.conv3(x)))
         return rearrange(x, 'b c h w -> b (h w) c')
+
+    def _hidden(self, x: torch.Tensor, recomputing: bool) -> torch.Tensor:
+        x = self.act(_recomputable_bn(self.bn1, x, recomputing))
+        x = self.conv2(x)
+        return self.drop(self.act(_recomputable_bn(self.bn2, x, recomputing)))
+
+    def _output(self, x: torch.Tensor, recomputing: bool) -> torch.Tensor:
+        return self.drop(_recomputable_bn(self.bn3, x, recomputing))

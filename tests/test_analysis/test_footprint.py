@@ -47,9 +47,9 @@ def test_saved_bytes_grow_with_the_batch():
 # dispatch more ops fails here; lower them when the footprint shrinks.
 PINNED = {
     'configs/baselines/resnet_cifar10.py': (15_168_720, 404),
-    'configs/lect/lect_v1_cifar10.py': (86_892_780, 1375),
-    'configs/lect/lect_v2_cifar10.py': (82_117_108, 1948),
-    'configs/lect/lect_v3_cifar10.py': (83_023_448, 1445),
+    'configs/lect/lect_v1_cifar10.py': (55_464_684, 1580),
+    'configs/lect/lect_v2_cifar10.py': (50_689_012, 2153),
+    'configs/lect/lect_v3_cifar10.py': (51_595_352, 1650),
 }
 
 

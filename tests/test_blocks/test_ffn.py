@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
@@ -70,3 +72,50 @@ def test_float_ratio_and_error():
 def test_hw_shape_must_match_tokens():
     with pytest.raises(ValueError, match=r'hw_shape \(3, 3\).*8 tokens'):
         LeFFN(4, 2)(torch.randn(1, 8, 4), (3, 3))
+
+
+def test_recompute_gives_the_same_step():
+    """recompute=True (default) keeps fewer tensors for backward but gives
+    the same outputs, gradients and BatchNorm statistics, dropout included."""
+    torch.manual_seed(0)
+    fast = LeFFN(16, 2, ffn_drop=0.1).train()
+    plain = copy.deepcopy(fast)
+    plain.recompute = False
+    x = torch.randn(2, 16 * 16, 16)
+    outs, grads = [], []
+    for m in (fast, plain):
+        inp = x.clone().requires_grad_()
+        torch.manual_seed(1)
+        out = m(inp, (16, 16))
+        out.square().sum().backward()
+        outs.append(out)
+        grads.append([inp.grad] + [p.grad for p in m.parameters()])
+    assert torch.equal(outs[0], outs[1])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    for (name, a), (_, b) in zip(fast.named_buffers(), plain.named_buffers()):
+        assert torch.equal(a, b), name
+    assert int(fast.bn1.num_batches_tracked) == 1
+
+
+def test_recompute_saves_less():
+    from lect_mm.analysis.footprint import training_footprint
+
+    class Head(torch.nn.Module):
+
+        def __init__(self, ffn):
+            super().__init__()
+            self.ffn = ffn
+
+        def forward(self, x):
+            return self.ffn(x, (16, 16)).mean(1)
+
+    torch.manual_seed(0)
+    fast = LeFFN(16, 2, ffn_drop=0.1)
+    plain = copy.deepcopy(fast)
+    plain.recompute = False
+    saved = [
+        training_footprint(Head(m), (256, 16), 2, num_classes=16)
+        ['saved_bytes'] for m in (fast, plain)
+    ]
+    assert saved[0] < 0.5 * saved[1]

@@ -1,4 +1,4 @@
-"""ViTAE backbone and the ViTAE configs (vitae_t, vitae_small = arch 'xs').
+"""ViTAE backbone and the ViTAE configs (vitae_t, vitae_xs).
 
 ViTAE-T / 6M counts are those of the reference ``ViTAE_basic_Tiny`` /
 ``ViTAE_basic_6M`` (frozen Performer features included), counted by
@@ -19,7 +19,7 @@ from lect_mm.models.backbones import ViTAE
 CONFIGS = Path(__file__).resolve().parents[2] / 'configs'
 PARAMS = {  # leaf prefix: whole classifier with (10, 100) classes
     'vitae/vitae_t': (4_632_458, 4_655_588),
-    'vitae/vitae_small': (1_259_466, 1_271_076),
+    'vitae/vitae_xs': (1_259_466, 1_271_076),
 }
 DATASETS = {'cifar10': (10, 60), 'cifar100': (100, 60), 'stl10': (10, 100)}
 
@@ -69,7 +69,7 @@ def test_reference_counts_by_part():
 def test_config_forward_224():
     torch.manual_seed(0)
     model = MODELS.build(
-        Config.fromfile(CONFIGS / 'vitae/vitae_small_cifar100.py').model)
+        Config.fromfile(CONFIGS / 'vitae/vitae_xs_cifar100.py').model)
     samples = [DataSample().set_gt_label(i) for i in (1, 2)]
     losses = model(torch.randn(2, 3, 224, 224), samples, mode='loss')
     assert torch.isfinite(losses['loss'])

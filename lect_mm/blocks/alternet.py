@@ -26,8 +26,8 @@ from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
-
 from mmpretrain.registry import MODELS
+
 from .dropout import FastDropout
 from .utils import IMPLS, attend, check_choice
 
@@ -264,9 +264,9 @@ class AlterNetMSABlock(_PreActResidualMixin, BaseModule):
         num_heads (int): Attention heads. Defaults to 8.
         head_dims (int): Channels per head. Defaults to 64.
         window_size (int): Attention window side. Defaults to 7.
-        attn_drop (float): Dropout on attention weights. Defaults to 0.
-        proj_drop (float): Dropout after the attention projection (the
+        drop_rate (float): Dropout after the attention projection (the
             reference's ``dropout``). Defaults to 0.
+        attn_drop_rate (float): Dropout on attention weights. Defaults to 0.
         drop_path_rate (float): Stochastic depth rate. Defaults to 0.
         norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
         act_cfg (dict): Activation config. Defaults to
@@ -283,8 +283,8 @@ class AlterNetMSABlock(_PreActResidualMixin, BaseModule):
                  num_heads: int = 8,
                  head_dims: int = 64,
                  window_size: int = 7,
-                 attn_drop: float = 0.,
-                 proj_drop: float = 0.,
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0.,
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
@@ -304,8 +304,8 @@ class AlterNetMSABlock(_PreActResidualMixin, BaseModule):
             num_heads=num_heads,
             head_dims=head_dims,
             window_size=window_size,
-            attn_drop=attn_drop,
-            proj_drop=proj_drop,
+            attn_drop=attn_drop_rate,
+            proj_drop=drop_rate,
             impl=impl)
         if in_channels != out_channels:
             self.shortcut = nn.Conv2d(

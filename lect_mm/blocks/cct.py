@@ -156,7 +156,7 @@ class CCTEncoderLayer(BaseModule):
     Args:
         embed_dims (int): Token channels C.
         num_heads (int): Attention heads.
-        feedforward_channels (int): MLP hidden width.
+        ffn_ratio (float): MLP hidden width over ``embed_dims``.
         drop_rate (float): Projection/MLP dropout. Defaults to 0.
         attn_drop_rate (float): Attention-map dropout. Defaults to 0.1.
         drop_path_rate (float): Stochastic depth. Defaults to 0.
@@ -178,7 +178,7 @@ class CCTEncoderLayer(BaseModule):
     def __init__(self,
                  embed_dims: int,
                  num_heads: int,
-                 feedforward_channels: int,
+                 ffn_ratio: float,
                  drop_rate: float = 0.,
                  attn_drop_rate: float = 0.1,
                  drop_path_rate: float = 0.,
@@ -197,7 +197,7 @@ class CCTEncoderLayer(BaseModule):
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.ffn = FFN(
             embed_dims=embed_dims,
-            feedforward_channels=feedforward_channels,
+            feedforward_channels=int(embed_dims * ffn_ratio),
             act_cfg=act_cfg,
             ffn_drop=drop_rate,
             dropout_layer=dict(type='DropPath', drop_prob=drop_path_rate))

@@ -89,7 +89,7 @@ class CeiTLeFF(LeFFN):
 
     Args:
         embed_dims (int): Token channels C.
-        ffn_ratio (float): Hidden expansion ratio (``mlp_ratio``).
+        ffn_ratio (float): Hidden expansion ratio.
         num_extra_tokens (int): Leading tokens passed through unchanged.
             Defaults to 1.
         **kwargs: ``kernel_size``, ``ffn_drop``, ``with_bn``, ``norm_cfg``,
@@ -252,14 +252,14 @@ class LCABlock(BaseModule):
     plus the attention of its normalised value over all L), then
     ``z ← z + MLP(LN2(z))``. No drop path, as in the references.
 
-    ``feedforward_channels`` sets the MLP hidden width: ``4·C`` in the
+    ``ffn_ratio`` sets the MLP hidden width ``int(C * ffn_ratio)``: 4 in the
     official CeiT-T; the LeCT author's ``Mlp`` ignores its hidden argument
-    (``hidden = in_features``), so ``ceit_ref`` uses ``C``.
+    (``hidden = in_features``), so ``ceit_ref`` uses 1.
 
     Args:
         embed_dims (int): Channels C.
         num_heads (int): Attention heads.
-        feedforward_channels (int): MLP hidden width.
+        ffn_ratio (float): MLP hidden width over ``embed_dims``.
         qkv_bias (bool): Bias of the qkv projection. Defaults to True.
         drop_rate (float): Projection/MLP dropout. Defaults to 0.
         attn_drop_rate (float): Attention-map dropout. Defaults to 0.
@@ -274,7 +274,7 @@ class LCABlock(BaseModule):
     def __init__(self,
                  embed_dims: int,
                  num_heads: int,
-                 feedforward_channels: int,
+                 ffn_ratio: float,
                  qkv_bias: bool = True,
                  drop_rate: float = 0.,
                  attn_drop_rate: float = 0.,
@@ -294,7 +294,7 @@ class LCABlock(BaseModule):
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.ffn = FFN(
             embed_dims=embed_dims,
-            feedforward_channels=feedforward_channels,
+            feedforward_channels=int(embed_dims * ffn_ratio),
             act_cfg=act_cfg,
             ffn_drop=drop_rate)
 

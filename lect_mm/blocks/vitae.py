@@ -381,13 +381,14 @@ class NormalCell(BaseModule):
     MHSA built from ``attn_cfg`` (by default
     :class:`~lect_mm.blocks.MultiheadSelfAttention`, as in ViTAE).
     PCM = Conv3×3(C→F, g) → BN → SiLU → Conv3×3(F→C, g) → BN → SiLU →
-    Conv3×3(C→C, g) → SiLU with F = ``feedforward_channels``. Leading
+    Conv3×3(C→C, g) → SiLU with F = ``int(C * ffn_ratio)``. Leading
     ``num_extra_tokens`` (class tokens) skip the PCM branch.
 
     Args:
         embed_dims (int): Token channels C.
         num_heads (int): Attention heads.
-        feedforward_channels (int): MLP hidden width (also the PCM width).
+        ffn_ratio (float): MLP hidden width over ``embed_dims`` (also sets
+            the PCM width).
         qkv_bias (bool): Bias of the qkv projection. Defaults to True.
         drop_rate (float): Projection/MLP dropout. Defaults to 0.
         attn_drop_rate (float): Attention-map dropout. Defaults to 0.
@@ -415,7 +416,7 @@ class NormalCell(BaseModule):
     def __init__(self,
                  embed_dims: int,
                  num_heads: int,
-                 feedforward_channels: int,
+                 ffn_ratio: float,
                  qkv_bias: bool = True,
                  drop_rate: float = 0.,
                  attn_drop_rate: float = 0.,
@@ -436,14 +437,15 @@ class NormalCell(BaseModule):
                                     qkv_bias, attn_drop_rate, drop_rate,
                                     impl)
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        hidden_dims = int(embed_dims * ffn_ratio)
         self.ffn = FFN(
             embed_dims=embed_dims,
-            feedforward_channels=feedforward_channels,
+            feedforward_channels=hidden_dims,
             act_cfg=act_cfg,
             ffn_drop=drop_rate,
             dropout_layer=dict(type='DropPath', drop_prob=drop_path_rate))
         self.pcm = PCM(
-            embed_dims, (feedforward_channels, embed_dims),
+            embed_dims, (hidden_dims, embed_dims),
             embed_dims,
             groups=groups,
             with_norm=(True, True, False),

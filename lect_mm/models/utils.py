@@ -11,15 +11,22 @@ import torch.nn as nn
 import torch.utils.checkpoint as cp
 from torch.nn.modules.batchnorm import _BatchNorm
 
+Freezable = Optional[Union[nn.Module, nn.Parameter]]
 
-def parse_arch(arch: Union[str, dict], arch_zoo: Mapping[str, dict],
-               essential_keys: Iterable[str]) -> dict:
+
+def parse_arch(arch: Union[str, dict],
+               arch_zoo: Mapping[str, dict],
+               essential_keys: Iterable[str],
+               per_stage_keys: Iterable[str] = ()) -> dict:
     """Look an arch name up in ``arch_zoo``, or check a custom arch dict.
 
     Args:
         arch (str | dict): A key of ``arch_zoo`` or a full arch dict.
         arch_zoo (Mapping[str, dict]): The backbone's variants.
         essential_keys (Iterable[str]): Keys a custom dict must have.
+        per_stage_keys (Iterable[str]): Keys holding one entry per stage;
+            those present must all have the length of the first present
+            (see :func:`check_per_stage`). Defaults to ``()``.
 
     Returns:
         dict: A deep copy of the arch settings, safe to modify.
@@ -28,16 +35,54 @@ def parse_arch(arch: Union[str, dict], arch_zoo: Mapping[str, dict],
         if arch not in arch_zoo:
             raise ValueError(f'Unavailable arch {arch!r}, choose from '
                              f'{sorted(arch_zoo)} or pass a dict.')
-        return copy.deepcopy(dict(arch_zoo[arch]))
-    if not isinstance(arch, dict):
+        arch = arch_zoo[arch]
+    elif not isinstance(arch, dict):
         raise TypeError('arch must be a str or a dict, got '
                         f'{type(arch).__name__}.')
-    essential_keys = list(essential_keys)
-    missing = [k for k in essential_keys if k not in arch]
-    if missing:
-        raise ValueError(f'Custom arch needs the keys {essential_keys}; '
-                         f'missing {missing}.')
-    return copy.deepcopy(dict(arch))
+    else:
+        essential_keys = list(essential_keys)
+        missing = [k for k in essential_keys if k not in arch]
+        if missing:
+            raise ValueError(f'Custom arch needs the keys {essential_keys}; '
+                             f'missing {missing}.')
+    arch = copy.deepcopy(dict(arch))
+    check_per_stage(
+        {f'arch[{k!r}]': arch[k]
+         for k in per_stage_keys if k in arch})
+    return arch
+
+
+def check_per_stage(lists: Mapping[str, Sequence],
+                    num_stages: Optional[int] = None) -> int:
+    """Check that per-stage settings have one entry per stage.
+
+    Args:
+        lists (Mapping[str, Sequence]): Settings by the name the error
+            message gives them, e.g. ``{"arch['depths']": (2, 2)}``.
+        num_stages (int, optional): The number of stages; None takes the
+            length of the first setting. Defaults to None.
+
+    Returns:
+        int: The number of stages.
+    """
+    for name, value in lists.items():
+        if not isinstance(value, Sequence) or isinstance(value, str):
+            raise TypeError(f'{name} must be a list with one entry per '
+                            f'stage, got {value!r}.')
+    if not lists:
+        return num_stages
+    if num_stages is None:
+        reference, first = next(iter(lists.items()))
+        num_stages = len(first)
+        expected = f'{reference} has {num_stages}'
+    else:
+        expected = f'there are {num_stages} stages'
+    for name, value in lists.items():
+        if len(value) != num_stages:
+            raise ValueError(
+                f'{name} has length {len(value)}, but {expected}: per-stage '
+                'settings need one entry per stage.')
+    return num_stages
 
 
 def parse_out_indices(out_indices: Union[int, Sequence[int]],
@@ -71,26 +116,64 @@ def parse_out_indices(out_indices: Union[int, Sequence[int]],
     return sorted(set(parsed))
 
 
-def check_frozen_stages(frozen_stages: int, max_stages: int) -> int:
-    """Return ``frozen_stages`` if it is an int in ``[-1, max_stages]``.
+# The one meaning of ``frozen_stages``, repeated word for word in the
+# docstring of every backbone (a test checks it): mmpretrain's ResNet and
+# PoolFormer rule, which its ViT and ConvNeXt share for k >= 1.
+FROZEN_STAGES_DOC = (
+    '-1 freezes nothing; k >= 0 freezes the stem and stages 0..k-1, each '
+    'with its output norm (no gradients, eval mode), so k = num_stages '
+    'freezes the whole backbone.')
+
+
+def check_frozen_stages(frozen_stages: int, num_stages: int) -> int:
+    """Return ``frozen_stages`` if it is an int in ``[-1, num_stages]``.
 
     Args:
-        frozen_stages (int): The backbone's ``frozen_stages`` argument; -1
-            freezes nothing.
-        max_stages (int): The largest valid value (what it means is the
-            backbone's: its number of stages, or of blocks).
+        frozen_stages (int): The backbone's ``frozen_stages`` argument
+            (:data:`FROZEN_STAGES_DOC`).
+        num_stages (int): The backbone's number of stages.
 
     Returns:
         int: ``frozen_stages``, unchanged.
     """
-    if not isinstance(frozen_stages, int) or not (
-            -1 <= frozen_stages <= max_stages):
-        raise ValueError(f'frozen_stages must be in [-1, {max_stages}] (an '
+    if not isinstance(frozen_stages, int) or isinstance(
+            frozen_stages, bool) or not -1 <= frozen_stages <= num_stages:
+        raise ValueError(f'frozen_stages must be in [-1, {num_stages}] (an '
                          f'int; -1 freezes nothing), got {frozen_stages!r}.')
     return frozen_stages
 
 
-def freeze(*items: Optional[Union[nn.Module, nn.Parameter]]) -> None:
+def freeze_stages(frozen_stages: int, stem: Sequence[Freezable],
+                  stages: Sequence[Sequence[Freezable]]) -> None:
+    """Apply the rule of :data:`FROZEN_STAGES_DOC`.
+
+    Args:
+        frozen_stages (int): -1 freezes nothing; k >= 0 freezes ``stem``
+            and ``stages[:k]``.
+        stem (Sequence): What the stem is made of (see :func:`freeze`).
+        stages (Sequence[Sequence]): What each stage is made of, its output
+            norm included.
+    """
+    if frozen_stages < 0:
+        return
+    freeze(*stem)
+    for stage in stages[:frozen_stages]:
+        freeze(*stage)
+
+
+def is_pretrained(init_cfg: Union[dict, List[dict], None]) -> bool:
+    """Whether ``init_cfg`` loads a checkpoint (a ``'Pretrained'`` entry).
+
+    Backbones skip their own ``init_weights`` extras (positional
+    embeddings, zero-init residuals) then, as mmpretrain's ResNet does.
+    """
+    cfgs = init_cfg if isinstance(init_cfg, list) else [init_cfg]
+    return any(
+        isinstance(cfg, dict) and cfg.get('type') == 'Pretrained'
+        for cfg in cfgs)
+
+
+def freeze(*items: Freezable) -> None:
     """Freeze what a backbone's ``_freeze_stages`` names.
 
     A module is put in eval mode and its parameters stop taking gradients;

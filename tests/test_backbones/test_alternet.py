@@ -77,28 +77,6 @@ def test_small_inputs_with_small_windows():
     out.mean().backward()
 
 
-def test_frozen_stages_and_norm_eval():
-    model = AlterNet(frozen_stages=2, norm_eval=True)
-    model.train()
-    for module in (model.stem, model.layer1, model.layer2):
-        assert all(not p.requires_grad for p in module.parameters())
-    assert all(p.requires_grad for p in model.layer3.parameters())
-    assert not model.layer1[0].norm1.training
-    assert not model.layer3[0].norm1.training  # norm_eval
-    assert model.layer3[0].conv1.training
-
-
-def test_frozen_stages_range():
-    model = AlterNet(arch=TINY, head_dims=8, frozen_stages=4)
-    frozen = [model.stem] + [getattr(model, f'layer{i}') for i in range(1, 5)]
-    assert not any(p.requires_grad for m in frozen for p in m.parameters())
-    assert model.norm3.weight.requires_grad  # the output norm is not a stage
-    for bad in (5, -2, 1.0):
-        with pytest.raises(ValueError,
-                           match=r'frozen_stages must be in \[-1, 4\]'):
-            AlterNet(arch=TINY, head_dims=8, frozen_stages=bad)
-
-
 def test_state_dict_round_trip():
     torch.manual_seed(0)
     a = AlterNet(arch=TINY, head_dims=8).eval()
@@ -114,7 +92,7 @@ def test_literal_and_fused_attention_agree():
     torch.manual_seed(0)
     fused = AlterNet(arch=TINY, stem_type='conv3x3', window_size=4).eval()
     literal = AlterNet(arch=TINY, stem_type='conv3x3', window_size=4,
-                       attn_impl='literal').eval()
+                       impl='literal').eval()
     literal.load_state_dict(fused.state_dict())
     x = torch.randn(1, 3, 32, 32)
     with torch.no_grad():
@@ -125,8 +103,10 @@ def test_literal_and_fused_attention_agree():
 def test_out_indices_and_stride_errors():
     with pytest.raises(ValueError, match='Invalid out_indices 4 for 4 stages'):
         AlterNet(out_indices=(4, ))
-    with pytest.raises(ValueError, match='strides needs 4 entries'):
+    with pytest.raises(ValueError, match='strides has length 2, but there '
+                       'are 4 stages'):
         AlterNet(strides=(1, 2))
-    with pytest.raises(ValueError, match=r"arch\['channels'\] needs 1"):
+    with pytest.raises(ValueError, match=r"arch\['channels'\] has length "
+                       r"2, but arch\['depths'\] has 1"):
         AlterNet(arch=dict(depths=(2, ), msa_depths=(1, ), num_heads=(2, ),
                            channels=(8, 16)), strides=(1, ))

@@ -23,7 +23,7 @@ def test_arch_errors():
         FlexibleLeViT(arch='tiny')
     with pytest.raises(ValueError, match=r"missing \['key_dims'\]"):
         FlexibleLeViT(arch={k: v for k, v in SMALL.items() if k != 'key_dims'})
-    with pytest.raises(ValueError, match='one value per stage'):
+    with pytest.raises(ValueError, match=r"arch\['depths'\] has length 1"):
         FlexibleLeViT(arch=dict(SMALL, depths=[1]))
 
 

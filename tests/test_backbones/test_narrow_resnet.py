@@ -15,7 +15,8 @@ def test_arch_errors():
         NarrowResNet(arch='unknown')
     with pytest.raises(ValueError, match=r'needs the keys .* missing'):
         NarrowResNet(arch=dict(depths=(2, 2)))
-    with pytest.raises(ValueError, match='one entry per stage'):
+    with pytest.raises(ValueError, match='strides has length 4, but there '
+                       'are 2 stages'):
         NarrowResNet(arch=dict(depths=(2, 2), widths=(8, 16)))
     with pytest.raises(ValueError, match='stem_type'):
         NarrowResNet(stem_type='deep')
@@ -63,26 +64,6 @@ def test_drop_path_ramp():
     rates = [getattr(b.drop_path, 'drop_prob', 0.) for b in blocks]
     assert rates == pytest.approx([0.7 * j / 7 for j in range(8)])
     assert isinstance(NarrowResNet().layer4[1].drop_path, torch.nn.Identity)
-
-
-def test_frozen_stages_and_norm_eval():
-    model = NarrowResNet(frozen_stages=1, norm_eval=True)
-    model.train()
-    for module in (model.conv1, model.norm1, model.layer1):
-        assert all(not p.requires_grad for p in module.parameters())
-    assert all(p.requires_grad for p in model.layer2.parameters())
-    assert not model.norm1.training and not model.layer1.training
-    assert not model.layer2[0].bn1.training  # norm_eval
-    assert model.layer2[0].conv1.training
-
-
-def test_frozen_stages_range():
-    model = NarrowResNet(frozen_stages=4)
-    assert not any(p.requires_grad for p in model.parameters())
-    for bad in (5, -2, 1.0):
-        with pytest.raises(ValueError,
-                           match=r'frozen_stages must be in \[-1, 4\]'):
-            NarrowResNet(frozen_stages=bad)
 
 
 def test_init_cfg_changes_weights_and_round_trip():

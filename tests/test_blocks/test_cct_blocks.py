@@ -15,7 +15,7 @@ BLOCKS = {
     'SeqPool': (dict(type='SeqPool', embed_dims=16),
                 lambda: (torch.randn(2, 12, 16), ), (2, 16)),
     'CCTEncoderLayer': (dict(type='CCTEncoderLayer', embed_dims=16,
-                             num_heads=2, feedforward_channels=32,
+                             num_heads=2, ffn_ratio=2,
                              drop_path_rate=0.1),
                         lambda: (torch.randn(2, 12, 16), (3, 4)),
                         (2, 12, 16)),
@@ -101,7 +101,7 @@ def test_encoder_layer_attention_swap_to_lemsa():
             type='CCTEncoderLayer',
             embed_dims=16,
             num_heads=2,
-            feedforward_channels=32,
+            ffn_ratio=2,
             attn_cfg=dict(type='LeMSA', sr_ratio=2)))
     assert type(layer.attn) is LeMSA
     assert layer.attn.num_heads == 2 and layer.attn.sr_ratio == 2

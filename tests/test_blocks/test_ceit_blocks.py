@@ -24,7 +24,7 @@ BLOCKS = {
     'LCAttention': (dict(type='LCAttention', embed_dims=C, num_heads=HEADS),
                     lambda: (torch.randn(2, 5, C), ), (2, 1, C)),
     'LCABlock': (dict(type='LCABlock', embed_dims=C, num_heads=HEADS,
-                      feedforward_channels=C),
+                      ffn_ratio=1),
                  lambda: (torch.randn(2, 5, C), ), (2, 1, C)),
 }  # yapf: disable
 
@@ -87,7 +87,7 @@ def test_lca_attention_is_last_row_of_full_attention(impl):
 
 def test_lca_block_formula_and_mlp_width():
     torch.manual_seed(0)
-    block = LCABlock(C, HEADS, feedforward_channels=C).eval()
+    block = LCABlock(C, HEADS, ffn_ratio=1).eval()
     assert block.ffn.layers[0][0].out_features == C  # author's hidden = in
     x = torch.randn(2, 5, C)
     z = x[:, -1:] + block.attn(block.norm1(x))
@@ -95,7 +95,7 @@ def test_lca_block_formula_and_mlp_width():
     fc1, fc2 = block.ffn.layers[0][0], block.ffn.layers[1]
     expected = z + fc2(F.gelu(fc1(y2)))
     torch.testing.assert_close(block(x), expected)
-    official = LCABlock(C, HEADS, feedforward_channels=4 * C)
+    official = LCABlock(C, HEADS, ffn_ratio=4)
     assert official.ffn.layers[0][0].out_features == 4 * C
 
 

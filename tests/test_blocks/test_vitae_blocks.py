@@ -25,7 +25,7 @@ BLOCKS = {
                            dilations=(1, 2)),
                       lambda: (torch.randn(2, 3, 16, 12), ), (2, 12, 8)),
     'NormalCell': (dict(type='NormalCell', embed_dims=16, num_heads=2,
-                        feedforward_channels=32, groups=4,
+                        ffn_ratio=2, groups=4,
                         drop_path_rate=0.1),
                    lambda: (torch.randn(2, 12, 16), (3, 4)), (2, 12, 16)),
 }  # yapf: disable
@@ -161,7 +161,7 @@ def test_normal_cell_attention_swap_to_lemsa():
             type='NormalCell',
             embed_dims=16,
             num_heads=2,
-            feedforward_channels=32,
+            ffn_ratio=2,
             groups=4,
             attn_cfg=dict(type='LeMSA', sr_ratio=2)))
     assert type(cell.attn) is LeMSA

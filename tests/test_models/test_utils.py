@@ -4,7 +4,8 @@ import torch
 import torch.nn as nn
 
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  freeze, parse_arch, parse_out_indices)
+                                  check_per_stage, freeze, freeze_stages,
+                                  is_pretrained, parse_arch, parse_out_indices)
 
 
 def test_parse_out_indices():
@@ -55,6 +56,46 @@ def test_parse_arch_copies_and_checks():
         parse_arch(dict(depths=[3]), zoo, ['depths', 'widths'])
     with pytest.raises(TypeError, match='arch must be a str or a dict'):
         parse_arch(3, zoo, ['depths'])
+    # Per-stage keys: those present must match the first present one.
+    arch = dict(depths=[1, 2], widths=[8, 16])
+    assert parse_arch(arch, zoo, ['depths'], ['extra', 'depths', 'widths'])
+    with pytest.raises(ValueError, match=r"arch\['widths'\] has length 1, "
+                       r"but arch\['depths'\] has 2: per-stage settings"):
+        parse_arch(dict(arch, widths=[8]), zoo, ['depths'],
+                   ['depths', 'widths'])
+
+
+def test_check_per_stage():
+    assert check_per_stage({'a': [1, 2], 'b': (3, 4)}) == 2
+    assert check_per_stage({'strides': (1, 2)}, 2) == 2
+    with pytest.raises(ValueError, match='strides has length 1, but there '
+                       'are 2 stages'):
+        check_per_stage({'strides': (1, )}, 2)
+    with pytest.raises(TypeError, match='a must be a list with one entry'):
+        check_per_stage({'a': 3})
+
+
+def test_freeze_stages_rule():
+    stem, stages = nn.Linear(1, 1), [nn.Linear(1, 1) for _ in range(3)]
+
+    def frozen(k):
+        for m in [stem, *stages]:
+            m.requires_grad_(True)
+        freeze_stages(k, [stem], [[m] for m in stages])
+        return [not m.weight.requires_grad for m in [stem, *stages]]
+
+    assert frozen(-1) == [False] * 4
+    assert frozen(0) == [True, False, False, False]
+    assert frozen(2) == [True, True, True, False]
+    assert frozen(3) == [True] * 4
+
+
+def test_is_pretrained():
+    ckpt = dict(type='Pretrained', checkpoint='x.pth')
+    assert is_pretrained(ckpt)
+    assert is_pretrained([dict(type='TruncNormal', layer='Linear'), ckpt])
+    assert not is_pretrained(None)
+    assert not is_pretrained([dict(type='Constant', layer='LayerNorm')])
 
 
 def test_check_frozen_stages():

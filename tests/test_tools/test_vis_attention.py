@@ -206,7 +206,7 @@ def test_ceit_backbone(files):
         "'lect_mm.models.backbones.ceit'], allow_failed_imports=False)\n"
         "model = dict(backbone=dict(_delete_=True, type='CeiT', arch=dict("
         "i2t_channels=8, embed_dims=16, num_layers=2, num_heads=2, "
-        "mlp_ratio=1, pooling='lca', lca_mlp_ratio=1), img_size=32, "
+        "ffn_ratio=1, pooling='lca', lca_ffn_ratio=1), img_size=32, "
         "patch_size=2), neck=None, head=dict(in_channels=16))\n")
     out = files / 'ceit.png'
     res = va.main([

@@ -12,13 +12,13 @@ from typing import Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_activation_layer, build_norm_layer
-
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.alternet import AlterNetMSABlock, PreActBasicBlock
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  freeze, parse_arch, parse_out_indices)
+                                  check_per_stage, freeze_stages, parse_arch,
+                                  parse_out_indices)
 
 STEM_TYPES = ('conv7x7', 'conv3x3')
 
@@ -57,22 +57,24 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
             Defaults to ``(1, 2, 2, 2)``.
         head_dims (int): Channels per attention head. Defaults to 64.
         window_size (int): Attention window side. Defaults to 7.
+        drop_rate (float): Dropout after the attention projection.
+            Defaults to 0.
+        attn_drop_rate (float): Dropout on attention weights. Defaults to 0.
         drop_path_rate (float): Stochastic depth; block ``j`` of the ``n``
             blocks gets ``rate * j / (n - 1)``. Defaults to 0 (official).
-        attn_drop_rate (float): Dropout on attention weights. Defaults to 0.
-        proj_drop_rate (float): Dropout after the attention projection.
-            Defaults to 0.
+        impl (str): Attention path, ``'fused'`` (SDPA) or ``'literal'``.
+            Defaults to 'fused'.
         norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
         out_indices (Sequence[int] | int): Stages to output. Defaults to
             ``(3, )``.
-        frozen_stages (int): Freeze the stem (0) and stages ``1..k`` (k,
-            at most the number of stages); -1 freezes nothing. Defaults to
-            -1.
+        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
+            stages 0..k-1, each with its output norm (no gradients, eval
+            mode), so k = num_stages freezes the whole backbone. The stem is
+            ``stem``; stage ``i`` is ``layer{i+1}`` and, where
+            ``out_indices`` builds it, ``norm{i}``. Defaults to -1.
         norm_eval (bool): Keep BN layers in eval mode. Defaults to False.
         with_cp (bool): Gradient checkpointing in the blocks. Defaults to
             False.
-        attn_impl (str): ``'fused'`` (SDPA) or ``'literal'``. Defaults to
-            'fused'.
         init_cfg (dict | list[dict], optional): Initialization config.
             Defaults to None (PyTorch default init, as the official code).
     """
@@ -90,7 +92,7 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
             'channels': (64, 128, 256, 512),
         },
     }
-    arch_keys = ('depths', 'msa_depths', 'num_heads', 'channels')
+    essential_keys = ('depths', 'msa_depths', 'num_heads', 'channels')
 
     def __init__(self,
                  arch: Union[str, dict] = '18',
@@ -99,31 +101,26 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
                  strides: Sequence[int] = (1, 2, 2, 2),
                  head_dims: int = 64,
                  window_size: int = 7,
-                 drop_path_rate: float = 0.,
+                 drop_rate: float = 0.,
                  attn_drop_rate: float = 0.,
-                 proj_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.,
+                 impl: str = 'fused',
                  norm_cfg: dict = dict(type='BN'),
                  out_indices: Union[int, Sequence[int]] = (3, ),
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
-                 attn_impl: str = 'fused',
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        arch = parse_arch(arch, self.arch_zoo, self.arch_keys)
-        num_stages = len(arch['depths'])
-        for key in self.arch_keys:
-            if len(arch[key]) != num_stages:
-                raise ValueError(f'arch[{key!r}] needs {num_stages} entries '
-                                 f'(one per stage), got {arch[key]}.')
+        arch = parse_arch(arch, self.arch_zoo, self.essential_keys,
+                          self.essential_keys)
+        num_stages = check_per_stage({'strides': strides},
+                                     len(arch['depths']))
         for depth, msa_depth in zip(arch['depths'], arch['msa_depths']):
             if not 0 <= 2 * msa_depth <= depth:
                 raise ValueError(
                     f'A stage of {depth} blocks holds at most {depth // 2} '
                     f'MSA blocks, got msa_depths={arch["msa_depths"]}.')
-        if len(strides) != num_stages:
-            raise ValueError(
-                f'strides needs {num_stages} entries, got {strides}.')
         if stem_type not in STEM_TYPES:
             raise ValueError(f'Unsupported stem_type {stem_type!r}; choose '
                              f'from {list(STEM_TYPES)}.')
@@ -173,11 +170,11 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
                         num_heads=heads,
                         head_dims=head_dims,
                         window_size=window_size,
-                        attn_drop=attn_drop_rate,
-                        proj_drop=proj_drop_rate,
+                        attn_drop_rate=attn_drop_rate,
+                        drop_rate=drop_rate,
                         drop_path_rate=dpr[block_idx],
                         norm_cfg=norm_cfg,
-                        impl=attn_impl,
+                        impl=impl,
                         with_cp=with_cp)
                 else:
                     block = PreActBasicBlock(
@@ -235,7 +232,7 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
         return tuple(outs)
 
     def _freeze_stages(self):
-        if self.frozen_stages >= 0:
-            freeze(self.stem)
-        freeze(*(getattr(self, f'layer{i}')
-                 for i in range(1, self.frozen_stages + 1)))
+        freeze_stages(self.frozen_stages, [self.stem],
+                      [[getattr(self, f'layer{i + 1}'),
+                        getattr(self, f'norm{i}', None)]
+                       for i in range(self.num_stages)])

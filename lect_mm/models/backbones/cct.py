@@ -12,8 +12,8 @@ from mmpretrain.registry import MODELS
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
 from lect_mm.blocks.dropout import FastDropout
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  freeze, parse_arch, parse_out_indices,
-                                  run_block)
+                                  freeze_stages, is_pretrained, parse_arch,
+                                  parse_out_indices, run_block)
 
 
 def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
@@ -42,7 +42,7 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
 
     Args:
         arch (str | dict): A key of ``arch_zoo`` or a dict with the keys
-            ``num_layers, num_heads, mlp_ratio, embed_dims, kernel_size,
+            ``num_layers, num_heads, ffn_ratio, embed_dims, kernel_size,
             num_conv_layers``. Defaults to '7_3x1'.
         img_size (int, optional): Square input size the positional
             embedding is built for; None uses the arch's native size (32
@@ -70,9 +70,12 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
             ``out_indices``, the last one normalised (SeqPool is then not
             built; it also works as a neck). Defaults to 'pooled'.
         out_indices (int | Sequence[int]): Layers to output. Defaults to -1.
-        frozen_stages (int): -1 freezes nothing; 0 the tokenizer and the
-            positional embedding; k > 0 also the first k layers;
-            ``num_layers`` also the final norm and SeqPool. Defaults to -1.
+        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
+            stages 0..k-1, each with its output norm (no gradients, eval
+            mode), so k = num_stages freezes the whole backbone. The stem is
+            the tokenizer and positional embedding; a stage is an encoder
+            layer (``num_stages = num_layers``), the last one's output side
+            being the final norm and SeqPool. Defaults to -1.
         norm_eval (bool): Keep BN layers (none by default) in eval mode.
             Defaults to False.
         with_cp (bool): Gradient checkpointing of the layers.
@@ -83,24 +86,24 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
     """
 
     arch_zoo = {
-        '2_3x2': dict(num_layers=2, num_heads=2, mlp_ratio=1, embed_dims=128,
+        '2_3x2': dict(num_layers=2, num_heads=2, ffn_ratio=1, embed_dims=128,
                       kernel_size=3, num_conv_layers=2),
-        '4_3x2': dict(num_layers=4, num_heads=2, mlp_ratio=1, embed_dims=128,
+        '4_3x2': dict(num_layers=4, num_heads=2, ffn_ratio=1, embed_dims=128,
                       kernel_size=3, num_conv_layers=2),
-        '6_3x1': dict(num_layers=6, num_heads=4, mlp_ratio=2, embed_dims=256,
+        '6_3x1': dict(num_layers=6, num_heads=4, ffn_ratio=2, embed_dims=256,
                       kernel_size=3, num_conv_layers=1),
-        '6_3x2': dict(num_layers=6, num_heads=4, mlp_ratio=2, embed_dims=256,
+        '6_3x2': dict(num_layers=6, num_heads=4, ffn_ratio=2, embed_dims=256,
                       kernel_size=3, num_conv_layers=2),
-        '7_3x1': dict(num_layers=7, num_heads=4, mlp_ratio=2, embed_dims=256,
+        '7_3x1': dict(num_layers=7, num_heads=4, ffn_ratio=2, embed_dims=256,
                       kernel_size=3, num_conv_layers=1),
-        '7_3x2': dict(num_layers=7, num_heads=4, mlp_ratio=2, embed_dims=256,
+        '7_3x2': dict(num_layers=7, num_heads=4, ffn_ratio=2, embed_dims=256,
                       kernel_size=3, num_conv_layers=2),
-        '7_7x2': dict(num_layers=7, num_heads=4, mlp_ratio=2, embed_dims=256,
+        '7_7x2': dict(num_layers=7, num_heads=4, ffn_ratio=2, embed_dims=256,
                       kernel_size=7, num_conv_layers=2),
-        '14_7x2': dict(num_layers=14, num_heads=6, mlp_ratio=3,
+        '14_7x2': dict(num_layers=14, num_heads=6, ffn_ratio=3,
                        embed_dims=384, kernel_size=7, num_conv_layers=2),
     }  # yapf: disable
-    ESSENTIAL_KEYS = ('num_layers', 'num_heads', 'mlp_ratio', 'embed_dims',
+    essential_keys = ('num_layers', 'num_heads', 'ffn_ratio', 'embed_dims',
                       'kernel_size', 'num_conv_layers')
     POS_EMBEDS = ('learnable', 'sine', 'none')
     OUT_TYPES = ('pooled', 'featmap')
@@ -129,7 +132,7 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
                  ]):  # yapf: disable
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = a = parse_arch(arch, self.arch_zoo,
-                                            self.ESSENTIAL_KEYS)
+                                            self.essential_keys)
         self.embed_dims = a['embed_dims']
         self.num_layers = a['num_layers']
         if positional_embedding not in self.POS_EMBEDS:
@@ -182,7 +185,7 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
             CCTEncoderLayer(
                 self.embed_dims,
                 a['num_heads'],
-                int(self.embed_dims * a['mlp_ratio']),
+                a['ffn_ratio'],
                 drop_rate=drop_rate,
                 attn_drop_rate=attn_drop_rate,
                 drop_path_rate=dpr[i],
@@ -199,19 +202,17 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
 
     def init_weights(self):
         super().init_weights()
-        if (isinstance(self.init_cfg, dict)
-                and self.init_cfg.get('type') == 'Pretrained'):
+        if is_pretrained(self.init_cfg):
             return
         if self.positional_embedding == 'learnable':
             trunc_normal_(self.pos_embed, std=0.2)
 
     def _freeze_stages(self):
-        if self.frozen_stages < 0:
-            return
-        freeze(self.tokenizer, self.drop_after_pos, self.pos_embed,
-               *self.layers[:self.frozen_stages])
-        if self.frozen_stages == self.num_layers:
-            freeze(self.norm, self.seq_pool)
+        stages = [[layer] for layer in self.layers]
+        stages[-1] += [self.norm, self.seq_pool]
+        freeze_stages(self.frozen_stages,
+                      [self.tokenizer, self.pos_embed, self.drop_after_pos],
+                      stages)
 
     def forward(self, x: torch.Tensor) -> tuple:
         in_hw = tuple(x.shape[-2:])

@@ -13,8 +13,8 @@ from mmpretrain.registry import MODELS
 from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
 from lect_mm.blocks.dropout import FastDropout
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  freeze, parse_arch, parse_out_indices,
-                                  run_block)
+                                  freeze_stages, is_pretrained, parse_arch,
+                                  parse_out_indices, run_block)
 
 
 @MODELS.register_module()
@@ -45,8 +45,8 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
 
     Args:
         arch (str | dict): A key of ``arch_zoo`` or a dict with the keys
-            ``i2t_channels, embed_dims, num_layers, num_heads, mlp_ratio,
-            pooling`` and, for ``pooling='lca'``, ``lca_mlp_ratio``.
+            ``i2t_channels, embed_dims, num_layers, num_heads, ffn_ratio,
+            pooling`` and, for ``pooling='lca'``, ``lca_ffn_ratio``.
             Defaults to 'ref'.
         img_size (int | tuple): Training input size; sets the positional
             embedding grid (other sizes are handled by bicubic resizing of
@@ -81,9 +81,12 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
             (un-normalised: CeiT has no norm on the patch tokens; the LCA
             and the final norm are then not built). Defaults to 'pooled'.
         out_indices (int | Sequence[int]): Blocks to output. Defaults to -1.
-        frozen_stages (int): -1 freezes nothing; 0 the stem, projection,
-            class token and positional embedding; k > 0 also the first k
-            blocks; ``num_layers`` also the LCA and the final norm.
+        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
+            stages 0..k-1, each with its output norm (no gradients, eval
+            mode), so k = num_stages freezes the whole backbone. The stem is
+            the Image2Tokens stem, projection, class token and positional
+            embedding; a stage is a block (``num_stages = num_layers``), the
+            last one's output side being the LCA and the final norm.
             Defaults to -1.
         norm_eval (bool): Keep the BN layers in eval mode while training.
             Defaults to False.
@@ -96,17 +99,19 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
 
     arch_zoo = {
         'ref': dict(i2t_channels=128, embed_dims=112, num_layers=8,
-                    num_heads=4, mlp_ratio=2, pooling='lca',
-                    lca_mlp_ratio=1),
+                    num_heads=4, ffn_ratio=2, pooling='lca',
+                    lca_ffn_ratio=1),
         'gap': dict(i2t_channels=128, embed_dims=112, num_layers=8,
-                    num_heads=4, mlp_ratio=2, pooling='gap'),
+                    num_heads=4, ffn_ratio=2, pooling='gap'),
         'tiny': dict(i2t_channels=64, embed_dims=192, num_layers=12,
-                     num_heads=3, mlp_ratio=4, pooling='lca',
-                     lca_mlp_ratio=4),
+                     num_heads=3, ffn_ratio=4, pooling='lca',
+                     lca_ffn_ratio=4),
         'small': dict(i2t_channels=64, embed_dims=384, num_layers=12,
-                      num_heads=6, mlp_ratio=4, pooling='lca',
-                      lca_mlp_ratio=4),
+                      num_heads=6, ffn_ratio=4, pooling='lca',
+                      lca_ffn_ratio=4),
     }  # yapf: disable
+    essential_keys = ('i2t_channels', 'embed_dims', 'num_layers',
+                      'num_heads', 'ffn_ratio', 'pooling')
     POOLINGS = ('lca', 'gap')
     OUT_TYPES = ('pooled', 'featmap')
 
@@ -186,7 +191,7 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
             CeiTBlock(
                 self.embed_dims,
                 a['num_heads'],
-                a['mlp_ratio'],
+                a['ffn_ratio'],
                 num_extra_tokens=self.num_extra_tokens,
                 qkv_bias=qkv_bias,
                 drop_rate=drop_rate,
@@ -208,7 +213,7 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
             self.lca = LCABlock(
                 self.embed_dims,
                 a['num_heads'],
-                int(self.embed_dims * a['lca_mlp_ratio']),
+                a['lca_ffn_ratio'],
                 qkv_bias=qkv_bias,
                 drop_rate=drop_rate,
                 attn_drop_rate=attn_drop_rate,
@@ -223,13 +228,10 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
         self._freeze_stages()
 
     def _parse_arch(self, arch: Union[str, dict]) -> dict:
-        essential = [
-            'i2t_channels', 'embed_dims', 'num_layers', 'num_heads',
-            'mlp_ratio', 'pooling'
-        ]
+        essential_keys = self.essential_keys
         if isinstance(arch, dict) and arch.get('pooling') == 'lca':
-            essential.append('lca_mlp_ratio')
-        arch = parse_arch(arch, self.arch_zoo, essential)
+            essential_keys += ('lca_ffn_ratio', )
+        arch = parse_arch(arch, self.arch_zoo, essential_keys)
         if arch['pooling'] not in self.POOLINGS:
             raise ValueError(f"arch['pooling'] must be one of "
                              f"{list(self.POOLINGS)}, got {arch['pooling']!r}")
@@ -237,20 +239,19 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
 
     def init_weights(self):
         super().init_weights()
-        if (isinstance(self.init_cfg, dict)
-                and self.init_cfg.get('type') == 'Pretrained'):
+        if is_pretrained(self.init_cfg):
             return
         trunc_normal_(self.pos_embed, std=0.02)
         if self.cls_token is not None:
             trunc_normal_(self.cls_token, std=0.02)
 
     def _freeze_stages(self):
-        if self.frozen_stages < 0:
-            return
-        freeze(self.i2t, self.proj, self.pos_embed, self.cls_token,
-               self.drop_after_pos, *self.layers[:self.frozen_stages])
-        if self.frozen_stages == self.num_layers:
-            freeze(self.lca, self.norm, self.pos_layer_embed)
+        stages = [[layer] for layer in self.layers]
+        stages[-1] += [self.pos_layer_embed, self.lca, self.norm]
+        freeze_stages(self.frozen_stages, [
+            self.i2t, self.proj, self.cls_token, self.pos_embed,
+            self.drop_after_pos
+        ], stages)
 
     def _pooled(self, x: torch.Tensor, cls_tokens: list) -> torch.Tensor:
         if self.pooling == 'lca':

@@ -13,14 +13,13 @@ import torch
 from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule, ModuleList
-
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import (accepted_args, conv_out_size, set_defaults,
                                   to_pair)
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  freeze, parse_arch, parse_out_indices,
+                                  freeze_stages, parse_arch, parse_out_indices,
                                   run_block)
 
 
@@ -156,9 +155,11 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         out_indices (Sequence[int] | int): Stages whose normalised
             ``(B, C, H, W)`` maps are returned. Defaults to ``(2, )``, the
             last stage.
-        frozen_stages (int): Stages ``0..frozen_stages`` (patch embedding,
-            blocks and norm) are frozen: eval mode, no gradients. -1 freezes
-            nothing. Defaults to -1.
+        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
+            stages 0..k-1, each with its output norm (no gradients, eval
+            mode), so k = num_stages freezes the whole backbone. The stem is
+            stage 0's patch embedding; a stage is its patch embedding,
+            blocks and norm. Defaults to -1.
         norm_eval (bool): Keep BatchNorm layers in eval mode while training.
             Defaults to False.
         with_cp (bool): Gradient checkpointing of each block. Defaults to
@@ -239,7 +240,7 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         self.out_indices = tuple(
             parse_out_indices(out_indices, self.num_stages, 'stages'))
         self.frozen_stages = check_frozen_stages(frozen_stages,
-                                                 self.num_stages - 1)
+                                                 self.num_stages)
         self.norm_eval = norm_eval
 
         patch_cfgs = _per_stage(patch_cfg, self.num_stages, 'patch_cfg')
@@ -291,15 +292,11 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
 
     @classmethod
     def _parse_arch(cls, arch: Union[str, dict]) -> dict:
-        arch = parse_arch(arch, cls.arch_zoo, cls.essential_keys)
+        arch = parse_arch(arch, cls.arch_zoo, cls.essential_keys,
+                          cls.essential_keys + ('patch_sizes', 'strides'))
         num_stages = len(arch['embed_dims'])
         arch.setdefault('patch_sizes', [7] + [3] * (num_stages - 1))
         arch.setdefault('strides', [4] + [2] * (num_stages - 1))
-        for key in cls.essential_keys + ('patch_sizes', 'strides'):
-            if len(arch[key]) != num_stages:
-                raise ValueError(
-                    f'arch[{key!r}] has {len(arch[key])} entries; every '
-                    f'per-stage list needs {num_stages} (len(embed_dims)).')
         return arch
 
     @staticmethod
@@ -355,4 +352,5 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                 'Rebuild with img_size matching the input.')
 
     def _freeze_stages(self):
-        freeze(*self.stages[:self.frozen_stages + 1])
+        freeze_stages(self.frozen_stages, [self.stages[0].patch_embed],
+                      [[stage] for stage in self.stages])

@@ -17,19 +17,22 @@ for converted weights only, and three gaps matter for training it here:
 ``'64s'`` (LeViT-128S with its widths (64/128/192) and head counts (2/3/4)
 halved, same depths (2/3/4) and 16-dim keys; 1.76M parameters with a
 10-class ``LeViTClsHead``) and restores the zero init in ``init_weights``.
+It also takes the ``frozen_stages`` and ``norm_eval`` of every lect_mm
+backbone, which mmpretrain's LeViT lacks.
 """
-from typing import Union
+from typing import Sequence, Union
 
 import torch.nn as nn
-from mmpretrain.models.backbones.levit import (LeViT, LinearBatchNorm,
-                                               Residual)
+from mmpretrain.models.backbones.levit import LeViT, LinearBatchNorm, Residual
 from mmpretrain.registry import MODELS
 
-from lect_mm.models.utils import parse_arch
+from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
+                                  freeze_stages, is_pretrained, parse_arch,
+                                  parse_out_indices)
 
 
 @MODELS.register_module()
-class FlexibleLeViT(LeViT):
+class FlexibleLeViT(FreezeNormEvalMixin, LeViT):
     """mmpretrain's LeViT with custom archs and the official residual init.
 
     Args:
@@ -37,6 +40,16 @@ class FlexibleLeViT(LeViT):
             ``'128'``, ``'192'``, ``'256'``, ``'384'`` plus ``'64s'``) or a
             dict with ``embed_dims``, ``num_heads``, ``depths`` and
             ``key_dims`` (one entry per stage). Defaults to '64s'.
+        out_indices (int | Sequence[int]): Stages whose ``(B, C, H, W)``
+            maps are returned. Defaults to -1, the last stage.
+        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
+            stages 0..k-1, each with its output norm (no gradients, eval
+            mode), so k = num_stages freezes the whole backbone. The stem is
+            the convolutional ``patch_embed``; stage ``i`` is ``stages[i]``,
+            its attention subsampling included (no output norm). Defaults to
+            -1.
+        norm_eval (bool): Keep BatchNorm layers in eval mode while training.
+            Defaults to False.
         zero_init_residual (bool): In ``init_weights``, set the weight of the
             last BatchNorm of every residual branch to 0 (official LeViT), so
             each residual starts as the identity. Skipped when ``init_cfg``
@@ -55,31 +68,41 @@ class FlexibleLeViT(LeViT):
             'key_dims': [16, 16, 16],
         },
     }
-    arch_keys = ('embed_dims', 'num_heads', 'depths', 'key_dims')
+    essential_keys = ('embed_dims', 'num_heads', 'depths', 'key_dims')
 
     def __init__(self,
                  arch: Union[str, dict] = '64s',
+                 out_indices: Union[int, Sequence[int]] = -1,
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
                  zero_init_residual: bool = True,
                  **kwargs):
+        if isinstance(arch, str):
+            arch = arch.lower()
+        settings = parse_arch(arch, self.arch_zoo, self.essential_keys,
+                              self.essential_keys)
         if isinstance(arch, dict):
-            arch = parse_arch(arch, {}, self.arch_keys)
-            lengths = {len(arch[k]) for k in self.arch_keys}
-            if len(lengths) != 1:
-                raise ValueError('Every arch entry needs one value per '
-                                 f'stage, got {arch!r}.')
             # LeViT.__init__ looks the arch up in ``self.arch_zoo``.
             self.arch_zoo = {
                 **type(self).arch_zoo, 'custom': {
-                    k: list(arch[k])
-                    for k in self.arch_keys
+                    k: list(settings[k])
+                    for k in self.essential_keys
                 }
             }
             arch = 'custom'
-        elif not isinstance(arch, str) or arch.lower() not in self.arch_zoo:
-            raise ValueError(f'Unavailable arch {arch!r}, choose from '
-                             f'{sorted(self.arch_zoo)} or pass a dict.')
-        super().__init__(arch, **kwargs)
+        num_stages = len(settings['depths'])
+        super().__init__(
+            arch,
+            out_indices=parse_out_indices(out_indices, num_stages, 'stages'),
+            **kwargs)
+        self.frozen_stages = check_frozen_stages(frozen_stages, num_stages)
+        self.norm_eval = norm_eval
         self.zero_init_residual = zero_init_residual
+        self._freeze_stages()
+
+    def _freeze_stages(self):
+        freeze_stages(self.frozen_stages, [self.patch_embed],
+                      [[stage] for stage in self.stages])
 
     def residual_output_norms(self):
         """The last BatchNorm of every residual branch (attention, MLP)."""
@@ -93,8 +116,6 @@ class FlexibleLeViT(LeViT):
 
     def init_weights(self):
         super().init_weights()
-        pretrained = isinstance(self.init_cfg, dict) and \
-            self.init_cfg.get('type') == 'Pretrained'
-        if self.zero_init_residual and not pretrained:
+        if self.zero_init_residual and not is_pretrained(self.init_cfg):
             for bn in self.residual_output_norms():
                 nn.init.zeros_(bn.weight)

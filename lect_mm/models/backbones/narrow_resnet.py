@@ -10,13 +10,13 @@ from typing import Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_activation_layer, build_conv_layer, build_norm_layer
-
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.models.backbones.resnet import BasicBlock, ResLayer
 from mmpretrain.registry import MODELS
 
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  freeze, parse_arch, parse_out_indices)
+                                  check_per_stage, freeze_stages, parse_arch,
+                                  parse_out_indices)
 
 STEM_TYPES = ('conv7x7', 'conv3x3')
 
@@ -54,9 +54,11 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
             ``dict(type='ReLU', inplace=True)``.
         out_indices (Sequence[int] | int): Stages to output. Defaults to
             ``(3, )``.
-        frozen_stages (int): Freeze the stem (0) and stages ``1..k`` (k,
-            at most the number of stages); -1 freezes nothing. Defaults to
-            -1.
+        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
+            stages 0..k-1, each with its output norm (no gradients, eval
+            mode), so k = num_stages freezes the whole backbone. The stem is
+            ``conv1`` and ``norm1``; stage ``i`` is ``layer{i+1}`` (no output
+            norm), as mmpretrain's ResNet. Defaults to -1.
         norm_eval (bool): Keep BN layers in eval mode. Defaults to False.
         with_cp (bool): Gradient checkpointing in the blocks. Defaults to
             False.
@@ -73,6 +75,7 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
             'widths': (64, 128, 256, 512)
         },
     }
+    essential_keys = ('depths', 'widths')
 
     def __init__(self,
                  arch: Union[str, dict] = 'report',
@@ -89,14 +92,12 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
                  with_cp: bool = False,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        arch = parse_arch(arch, self.arch_zoo, ('depths', 'widths'))
+        arch = parse_arch(arch, self.arch_zoo, self.essential_keys,
+                          self.essential_keys)
         self.depths = tuple(arch['depths'])
         self.widths = tuple(arch['widths'])
-        self.num_stages = len(self.depths)
-        if not len(self.widths) == self.num_stages == len(strides):
-            raise ValueError(
-                f'depths {self.depths}, widths {self.widths} and strides '
-                f'{tuple(strides)} need one entry per stage.')
+        self.num_stages = check_per_stage({'strides': strides},
+                                          len(self.depths))
         if stem_type not in STEM_TYPES:
             raise ValueError(f'Unsupported stem_type {stem_type!r}; choose '
                              f'from {list(STEM_TYPES)}.')
@@ -161,7 +162,5 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
         return tuple(outs)
 
     def _freeze_stages(self):
-        if self.frozen_stages >= 0:
-            freeze(self.conv1, self.norm1)
-        freeze(*(getattr(self, f'layer{i}')
-                 for i in range(1, self.frozen_stages + 1)))
+        freeze_stages(self.frozen_stages, [self.conv1, self.norm1],
+                      [[getattr(self, name)] for name in self.res_layers])

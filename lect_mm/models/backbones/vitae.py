@@ -9,7 +9,7 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  freeze, parse_arch, parse_out_indices,
+                                  freeze_stages, parse_arch, parse_out_indices,
                                   run_block)
 
 
@@ -46,7 +46,8 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
         arch (str | dict): A key of ``arch_zoo`` or a dict with the keys
             ``embed_dims, token_dims, downsample_ratios, kernel_sizes,
             dilations, rc_types, nc_depths, nc_heads, nc_groups,
-            mlp_ratio``. Defaults to 'tiny'.
+            ffn_ratio`` (all but ``ffn_ratio`` with one entry per stage).
+            Defaults to 'tiny'.
         in_channels (int): Input channels. Defaults to 3.
         qkv_bias (bool): Normal-cell qkv bias. Defaults to True.
         drop_rate (float): Normal-cell projection/MLP dropout.
@@ -79,9 +80,11 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
         out_indices (int | Sequence[int]): Stages to output, as
             (B, C, H, W) maps (no norm: ViTAE has none at stage outputs).
             Defaults to -1.
-        frozen_stages (int): -1 freezes nothing; k freezes the first k
-            stages (ViTAE has no separate stem, so 0 freezes nothing
-            either). Defaults to -1.
+        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
+            stages 0..k-1, each with its output norm (no gradients, eval
+            mode), so k = num_stages freezes the whole backbone. The stem is
+            stage 0's reduction cell; a stage is its reduction cell and
+            normal cells (no output norm). Defaults to -1.
         norm_eval (bool): Keep BN layers in eval mode while training.
             Defaults to False.
         with_cp (bool): Gradient checkpointing of the normal cells.
@@ -97,24 +100,23 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                      dilations=[[1, 2, 3, 4], [1, 2, 3], [1, 2]],
                      rc_types=['performer', 'performer', 'performer_less'],
                      nc_depths=[0, 0, 7], nc_heads=[1, 1, 4],
-                     nc_groups=[1, 1, 64], mlp_ratio=2),
+                     nc_groups=[1, 1, 64], ffn_ratio=2),
         '6M': dict(embed_dims=[64, 64, 128], token_dims=[64, 64, 256],
                    downsample_ratios=[4, 2, 2], kernel_sizes=[7, 3, 3],
                    dilations=[[1, 2, 3, 4], [1, 2, 3], [1, 2]],
                    rc_types=['performer', 'performer', 'performer_less'],
                    nc_depths=[0, 0, 10], nc_heads=[1, 1, 4],
-                   nc_groups=[1, 1, 64], mlp_ratio=2),
+                   nc_groups=[1, 1, 64], ffn_ratio=2),
         'xs': dict(embed_dims=[32, 32, 64], token_dims=[32, 32, 128],
                    downsample_ratios=[4, 2, 2], kernel_sizes=[7, 3, 3],
                    dilations=[[1, 2, 3, 4], [1, 2, 3], [1, 2]],
                    rc_types=['performer', 'performer', 'performer_less'],
                    nc_depths=[0, 0, 7], nc_heads=[1, 1, 4],
-                   nc_groups=[1, 1, 32], mlp_ratio=2),
+                   nc_groups=[1, 1, 32], ffn_ratio=2),
     }  # yapf: disable
-    ESSENTIAL_KEYS = ('embed_dims', 'token_dims', 'downsample_ratios',
+    essential_keys = ('embed_dims', 'token_dims', 'downsample_ratios',
                       'kernel_sizes', 'dilations', 'rc_types', 'nc_depths',
-                      'nc_heads', 'nc_groups', 'mlp_ratio')
-    PER_STAGE_KEYS = ESSENTIAL_KEYS[:-1]
+                      'nc_heads', 'nc_groups', 'ffn_ratio')
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
@@ -141,7 +143,9 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                           bias=0.)
                  ]):  # yapf: disable
         super().__init__(init_cfg=init_cfg)
-        self.arch_settings = a = self._parse_arch(arch)
+        self.arch_settings = a = parse_arch(arch, self.arch_zoo,
+                                            self.essential_keys,
+                                            self.essential_keys[:-1])
         self.num_stages = len(a['embed_dims'])
         self.out_indices = parse_out_indices(out_indices, self.num_stages,
                                              'stages')
@@ -174,7 +178,7 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                 NormalCell(
                     dims,
                     a['nc_heads'][i],
-                    int(dims * a['mlp_ratio']),
+                    a['ffn_ratio'],
                     qkv_bias=qkv_bias,
                     drop_rate=drop_rate,
                     attn_drop_rate=attn_drop_rate,
@@ -193,16 +197,9 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
 
         self._freeze_stages()
 
-    def _parse_arch(self, arch: Union[str, dict]) -> dict:
-        arch = parse_arch(arch, self.arch_zoo, self.ESSENTIAL_KEYS)
-        lengths = {k: len(arch[k]) for k in self.PER_STAGE_KEYS}
-        if len(set(lengths.values())) != 1:
-            raise ValueError('Per-stage arch lists must have equal lengths, '
-                             f'got {lengths}')
-        return arch
-
     def _freeze_stages(self):
-        freeze(*self.stages[:max(self.frozen_stages, 0)])
+        freeze_stages(self.frozen_stages, [self.stages[0].rc],
+                      [[stage] for stage in self.stages])
 
     def forward(self, x: torch.Tensor) -> tuple:
         outs = []

@@ -1,0 +1,131 @@
+"""One ``frozen_stages`` rule for all seven backbones (FROZEN_STAGES_DOC).
+
+For each backbone the stem and every stage are named here by their
+parameter/module prefixes, independently of the backbone's own
+``_freeze_stages``; the test checks exactly which parameters stop taking
+gradients and exactly which modules stay in eval mode after ``train()``.
+"""
+import re
+
+import pytest
+from mmpretrain.registry import MODELS
+from torch.nn.modules.batchnorm import _BatchNorm
+
+import lect_mm  # noqa: F401
+from lect_mm.models.utils import FROZEN_STAGES_DOC
+
+# name: (tiny config, stem prefixes, per-stage prefixes, frozen by design).
+# A prefix ending in '.' names a module, any other a bare parameter.
+CASES = {
+    'LeCT': (
+        dict(type='LeCT',
+             arch=dict(embed_dims=[8, 16, 16], depths=[1, 1, 1],
+                       num_heads=[1, 1, 2], ffn_ratios=[1, 1, 1],
+                       attn_cfgs=[dict(type='LeMSA', sr_ratio=2)] * 3),
+             out_indices=(0, 1, 2)),
+        ['stages.0.patch_embed.'],
+        [['stages.0.'], ['stages.1.'], ['stages.2.']], []),
+    'CeiT': (
+        dict(type='CeiT',
+             arch=dict(i2t_channels=8, embed_dims=16, num_layers=2,
+                       num_heads=2, ffn_ratio=1, pooling='lca',
+                       lca_ffn_ratio=1),
+             img_size=32, patch_size=2),
+        ['i2t.', 'proj.', 'cls_token', 'pos_embed', 'drop_after_pos.'],
+        [['layers.0.'], ['layers.1.', 'pos_layer_embed', 'lca.', 'norm.']],
+        []),
+    'CCT': (
+        dict(type='CCT',
+             arch=dict(num_layers=2, num_heads=2, ffn_ratio=1, embed_dims=16,
+                       kernel_size=3, num_conv_layers=1),
+             img_size=16),
+        ['tokenizer.', 'pos_embed', 'drop_after_pos.'],
+        [['layers.0.'], ['layers.1.', 'norm.', 'seq_pool.']], []),
+    'ViTAE': (
+        dict(type='ViTAE',
+             arch=dict(embed_dims=[8, 8, 16], token_dims=[8, 8, 16],
+                       downsample_ratios=[4, 2, 2], kernel_sizes=[7, 3, 3],
+                       dilations=[[1, 2], [1, 2], [1]],
+                       rc_types=['performer', 'performer', 'performer_less'],
+                       nc_depths=[0, 1, 1], nc_heads=[1, 1, 2],
+                       nc_groups=[1, 1, 8], ffn_ratio=2)),
+        ['stages.0.rc.'],
+        [['stages.0.'], ['stages.1.'], ['stages.2.']],
+        ['stages.0.rc.attn.w', 'stages.1.rc.attn.w']),  # Performer features
+    'AlterNet': (
+        dict(type='AlterNet',
+             arch=dict(depths=(1, 2), msa_depths=(0, 1), num_heads=(1, 1),
+                       channels=(8, 16)),
+             strides=(1, 2), stem_type='conv3x3', head_dims=4,
+             window_size=2, out_indices=(0, 1)),
+        ['stem.'], [['layer1.', 'norm0.'], ['layer2.', 'norm1.']], []),
+    'NarrowResNet': (
+        dict(type='NarrowResNet', arch=dict(depths=(1, 1), widths=(8, 16)),
+             strides=(1, 2), stem_type='conv3x3', out_indices=-1),
+        ['conv1.', 'bn1.'], [['layer1.'], ['layer2.']], []),
+    'FlexibleLeViT': (
+        dict(type='FlexibleLeViT',
+             arch=dict(embed_dims=[16, 32], num_heads=[2, 2], depths=[1, 1],
+                       key_dims=[8, 8]),
+             img_size=32),
+        ['patch_embed.'], [['stages.0.'], ['stages.1.']], []),
+}
+NAMES = sorted(CASES)
+
+
+def _build(name, **kwargs):
+    return MODELS.build(dict(CASES[name][0], **kwargs))
+
+
+def _matches(name, prefixes):
+    return any(name == p or p.endswith('.') and (name + '.').startswith(p)
+               for p in prefixes)
+
+
+def _num_stages(name):
+    return len(CASES[name][2])
+
+
+@pytest.mark.parametrize('frozen', ['-1', '0', '1', 'last'])
+@pytest.mark.parametrize('name', NAMES)
+def test_exactly_the_stem_and_first_stages_are_frozen(name, frozen):
+    _, stem, stages, by_design = CASES[name]
+    k = _num_stages(name) if frozen == 'last' else int(frozen)
+    model = _build(name, frozen_stages=k).train()
+    prefixes = (stem if k >= 0 else []) + sum(stages[:max(k, 0)], [])
+
+    params = dict(model.named_parameters())
+    modules = dict(model.named_modules())
+    for p in stem + sum(stages, []):  # no prefix names nothing
+        assert any(_matches(n, [p]) for n in [*params, *modules]), p
+    expected = {n for n in params if _matches(n, prefixes)}
+    assert {n for n, p in params.items() if not p.requires_grad} == \
+        expected | set(by_design)
+    # Eval mode: every module of the frozen parts (norms, dropouts), no
+    # other module.
+    assert {n for n, m in modules.items() if n and not m.training} == \
+        {n for n in modules if n and _matches(n, prefixes)}
+    if frozen == 'last':
+        assert expected == set(params)  # the whole backbone
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_out_of_range_and_docstring(name):
+    num_stages = _num_stages(name)
+    for bad in (num_stages + 1, -2):
+        with pytest.raises(ValueError,
+                           match=re.escape(f'frozen_stages must be in [-1, '
+                                           f'{num_stages}]')):
+            _build(name, frozen_stages=bad)
+    doc = ' '.join(MODELS.get(name).__doc__.split())
+    assert FROZEN_STAGES_DOC in doc
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_norm_eval_keeps_only_batchnorms_in_eval(name):
+    model = _build(name, norm_eval=True).train()
+    bns = [m for m in model.modules() if isinstance(m, _BatchNorm)]
+    assert bns or name in ('CCT', ), name  # CCT holds no BatchNorm
+    assert not any(m.training for m in bns)
+    assert all(m.training for m in model.modules()
+               if not isinstance(m, _BatchNorm))

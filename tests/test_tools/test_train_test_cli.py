@@ -182,6 +182,10 @@ def test_amp_training_on_cpu_runs_under_bf16(tmp_path):
     assert set(AUTOCAST_RECORDS) == {(True, torch.bfloat16, torch.bfloat16)}
     assert all(p.dtype == torch.float32 for p in runner.model.parameters())
     assert osp.isfile(osp.join(str(tmp_path), 'epoch_1.pth'))
+    # the run's log says once what --amp does on the CPU
+    log = _log_text(str(tmp_path))
+    assert log.count('AMP on the CPU: forward passes run under bfloat16 '
+                     'autocast, without loss scaling') == 1
 
 
 # ------------------------------------------------------ errors users meet

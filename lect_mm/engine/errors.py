@@ -1,12 +1,14 @@
 """Config mistakes explained in terms of the config the user wrote.
 
-When a registry build fails because of a misspelt ``type`` or an argument the
-class does not take, mmengine raises a ``KeyError`` / ``TypeError`` from deep
-inside the nested builds, without saying where in the config the culprit
-is. :func:`explain_config_errors` re-raises such an error as a
-:class:`ConfigError` whose message names the config path, the bad type or
-argument, close registered names and the class's valid arguments. Errors it
-cannot trace back to the config pass through unchanged.
+:func:`explain_config_errors` (used by ``tools/train.py`` and
+``tools/test.py``, see :func:`~lect_mm.engine.cli.runner_context`) turns a
+failed build into a :class:`ConfigError` naming the config path, the class,
+close names and the valid arguments: a misspelt ``type`` or an argument a
+class does not take, at any depth, including the blocks a backbone builds
+from configs it merged itself (LeCT's ``attn_cfg`` ...). The failing build is
+read from the traceback (mmengine's ``build_from_cfg`` frames), the culprit
+is then looked up in the config the user wrote. Errors it cannot trace back
+to the config pass through unchanged.
 """
 import difflib
 import inspect
@@ -15,12 +17,15 @@ from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
 
 from mmengine.registry import Registry
+from mmengine.registry.build_functions import build_from_cfg
 
 _UNKNOWN_TYPE = re.compile(
-    r'^(?P<name>[\w.:]+) is not in the (?P<registry>[\w:.]+) registry')
+    r"^'?(?P<name>[\w.:]+)'? is not in the (?P<registry>[\w:.]+) registry")
 _UNEXPECTED_ARG = re.compile(
-    r"^(?P<cls>\w+)\.__init__\(\) got an unexpected keyword argument "
+    r"(?P<cls>\w+)(?:\.__init__)?\(\) got an unexpected keyword argument "
     r"'(?P<key>\w+)'")
+_BUILD_CODE = build_from_cfg.__code__
+_MISSING = object()
 
 
 class ConfigError(KeyError, TypeError):
@@ -34,6 +39,7 @@ class ConfigError(KeyError, TypeError):
         return str(self.args[0])
 
 
+# ------------------------------------------------------------ the config
 def _walk(node, path: str = '') -> Iterator[Tuple[str, dict]]:
     """Yield ``(dotted path, dict)`` for every dict in a nested config."""
     if isinstance(node, dict):
@@ -45,11 +51,30 @@ def _walk(node, path: str = '') -> Iterator[Tuple[str, dict]]:
             yield from _walk(value, f'{path}[{i}]')
 
 
+def _join(path: str, key: str) -> str:
+    return f'{path}.{key}' if path else key
+
+
 def _type_name(type_) -> str:
     return type_ if isinstance(type_, str) else getattr(
         type_, '__name__', repr(type_))
 
 
+def _as_dict(cfg):
+    return cfg.to_dict() if hasattr(cfg, 'to_dict') else cfg
+
+
+def _lookup(cfg, dotted: str):
+    """The value at ``a.b.c`` in ``cfg``, or ``_MISSING``."""
+    node = cfg
+    for key in dotted.split('.'):
+        if not isinstance(node, dict) or key not in node:
+            return _MISSING
+        node = node[key]
+    return node
+
+
+# ------------------------------------------------------------ registries
 def _registries() -> List[Registry]:
     import mmpretrain.registry as registry_module
     return [
@@ -66,82 +91,210 @@ def _names_in(registry: Registry) -> set:
     return names
 
 
-def _find_class(name: str):
+def _find_class(name):
+    """The class (or function) registered as ``name`` anywhere, or None."""
+    if not isinstance(name, str):
+        return name
     for registry in _registries():
-        while registry is not None:
-            if name in registry.module_dict:
-                return registry.module_dict[name]
-            registry = registry.parent
+        try:
+            found = registry.get(name)
+        except Exception:  # a malformed name: not registered
+            found = None
+        if found is not None:
+            return found
     return None
 
 
-def _explain_unknown_type(message: str, cfg: dict) -> Optional[str]:
-    match = _UNKNOWN_TYPE.match(message)
-    if match is None:
+def _is_named(obj, cls_name: str) -> bool:
+    """Whether ``obj`` is, or inherits from, a class called ``cls_name``."""
+    if inspect.isclass(obj):
+        return any(c.__name__ == cls_name for c in inspect.getmro(obj))
+    return getattr(obj, '__name__', None) == cls_name
+
+
+def _suggest(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, sorted(candidates), n=3)
+    return f' Did you mean {" or ".join(map(repr, close))}?' if close else ''
+
+
+def _valid_arguments(cls) -> List[str]:
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name for p in params
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+# ------------------------------------------------------------ the traceback
+def _tb_frames(error: BaseException) -> list:
+    """The frames of ``error``'s traceback, outermost first."""
+    frames, tb = [], error.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def _builds(frames: list) -> List[dict]:
+    """The registry builds in progress: the locals of mmengine's
+    ``build_from_cfg`` frames, outermost first."""
+    return [f.f_locals for f in frames if f.f_code is _BUILD_CODE]
+
+
+def _chain(builds: List[dict]) -> str:
+    names = []
+    for build in builds:
+        obj_type = build.get('obj_type', (build.get('cfg') or {}).get('type'))
+        names.append(_type_name(obj_type))
+    return ' > '.join(names)
+
+
+# ------------------------------------------------------------ explanations
+def _explain_unknown_type(error: Exception, cfg: dict,
+                          frames: list) -> Optional[str]:
+    """A ``type`` no registry knows, named with its config path."""
+    name, registry_name = None, None
+    if isinstance(error, KeyError) and error.args:
+        match = _UNKNOWN_TYPE.match(str(error.args[0]))
+        if match is not None:
+            name, registry_name = match['name'], match['registry']
+    if name is None:
+        # Not mmengine's message (e.g. a constructor that looked the type up
+        # itself and failed on None): a config dict in the failing frames
+        # whose type no registry knows.
+        for frame in reversed(frames):
+            for value in list(frame.f_locals.values()):
+                if (isinstance(value, dict)
+                        and isinstance(value.get('type'), str)
+                        and _find_class(value['type']) is None):
+                    name = value['type']
+                    break
+            if name is not None:
+                break
+    if name is None:
         return None
-    name, registry_name = match['name'], match['registry']
     paths = [
-        f'{path}.type' if path else 'type' for path, node in _walk(cfg)
+        _join(path, 'type') for path, node in _walk(cfg)
         if _type_name(node.get('type')) == name
     ]
     if not paths:
         return None
-    text = (f"type='{name}' (at {', '.join(paths)}) is not in the "
-            f'{registry_name} registry.')
     candidates = set()
     for registry in _registries():
-        if f'{registry.scope}::{registry.name}' == registry_name:
+        if registry_name in (None, f'{registry.scope}::{registry.name}'):
             candidates |= _names_in(registry)
-    close = difflib.get_close_matches(name, sorted(candidates), n=3)
-    if close:
-        text += f' Did you mean {" or ".join(map(repr, close))}?'
-    return text + (" If it is your own class, check that the module that "
-                   "registers it is imported (config key 'custom_imports').")
+    where = (f'in the {registry_name} registry'
+             if registry_name else 'registered')
+    return (f"type='{name}' (at {', '.join(paths)}) is not {where}."
+            f'{_suggest(name, candidates)} If it is your own class, check '
+            'that the module that registers it is imported (config key '
+            "'custom_imports').")
 
 
-def _explain_unexpected_argument(message: str, cfg: dict) -> Optional[str]:
-    match = _UNEXPECTED_ARG.search(message)
+def _explain_unexpected_argument(error: Exception, cfg: dict,
+                                 frames: list) -> Optional[str]:
+    """An argument a class does not take, named with its config path.
+
+    When the call that failed is the one in mmengine's ``build_from_cfg``
+    (the innermost frame), its class and arguments are exact; the path is
+    that of every dict in the config holding the argument with the same
+    value whose ``type`` is that class (or which has no ``type``: an
+    override merged into a block config by the code, as LeCT's ``attn_cfg``).
+    """
+    if not isinstance(error, TypeError) or not error.args:
+        return None
+    match = _UNEXPECTED_ARG.search(str(error.args[0]))
     if match is None:
         return None
     cls_name, key = match['cls'], match['key']
-    paths = [
-        f'{path}.{key}' if path else key for path, node in _walk(cfg)
-        if _type_name(node.get('type')) == cls_name and key in node
-    ]
-    if not paths:
-        return None
-    text = (f"{', '.join(paths)}: {cls_name} has no argument '{key}'.")
-    cls = _find_class(cls_name)
-    if cls is not None:
-        params = [
-            p.name for p in inspect.signature(cls).parameters.values()
-            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
+    builds = _builds(frames)
+    cls, value = _find_class(cls_name), _MISSING
+    if frames and frames[-1].f_code is _BUILD_CODE:
+        build = builds[-1]
+        if 'obj_cls' in build and _is_named(build['obj_cls'], cls_name):
+            cls = build['obj_cls']
+            value = build.get('args', {}).get(key, _MISSING)
+    elif frames:
+        # e.g. mmcv's build_norm_layer: the class it looked up is a local
+        cls = next((v for v in list(frames[-1].f_locals.values())
+                    if inspect.isclass(v) and _is_named(v, cls_name)), cls)
+    # The class the config chose (the message may name the base class
+    # that defines __init__, e.g. _BatchNorm for BatchNorm2d).
+    shown = cls.__name__ if inspect.isclass(cls) and _is_named(
+        cls, cls_name) else cls_name
+
+    paths = []
+    for path, node in _walk(cfg):
+        if key not in node:
+            continue
+        node_type = node.get('type')
+        if node_type is not None and not _is_named(
+                _find_class(node_type), cls_name):
+            continue
+        if value is not _MISSING and not _same(node[key], value):
+            continue
+        paths.append(_join(path, key))
+
+    params = _valid_arguments(cls) if cls is not None else []
+    hint = ''
+    if params:
         close = difflib.get_close_matches(key, params, n=1)
         if close:
-            text += f' Did you mean {close[0]!r}?'
-        text += f' Valid arguments of {cls_name}: {", ".join(params)}.'
-    return text
+            hint += f' Did you mean {close[0]!r}?'
+        hint += f' Valid arguments of {shown}: {", ".join(params)}.'
+    if paths:
+        return (f"{', '.join(paths)}: {shown} has no argument '{key}'."
+                + hint)
+    if not (frames and frames[-1].f_code is _BUILD_CODE):
+        return None
+    # A registry build, of an argument not in the config: the code that
+    # builds the class passed it.
+    type_paths = [
+        _join(path, 'type') for path, node in _walk(cfg)
+        if node.get('type') is not None
+        and _is_named(_find_class(node['type']), cls_name)
+    ]
+    text = (f"{shown} has no argument '{key}', which the code that "
+            f'builds it passes ({_chain(builds)}), not the config.')
+    if type_paths:
+        text += (f' The config names {shown} at {", ".join(type_paths)}'
+                 f"; choose a type there that takes '{key}'.")
+    return text + hint
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b) or (isinstance(a, (list, tuple)) and isinstance(
+            b, (list, tuple)) and list(a) == list(b))
+    except Exception:  # e.g. tensors: not comparable, keep the candidate
+        return True
 
 
 def explain_config_error(error: Exception, cfg) -> Optional[str]:
     """Explain a build error in terms of ``cfg``, or return None.
 
     Args:
-        error (Exception): The error raised while building from ``cfg``.
+        error (Exception): The error raised while building from ``cfg``;
+            its traceback locates the failing build.
         cfg (Config | dict): The config that was being built.
 
     Returns:
         str | None: The explanation, or None when the error is not a
         misspelt type / unknown argument found in ``cfg``.
     """
-    if not isinstance(error, (KeyError, TypeError)) or not error.args:
+    if not isinstance(error, (KeyError, TypeError, AttributeError,
+                              ValueError)):
         return None
-    message = str(error.args[0])
-    cfg = cfg.to_dict() if hasattr(cfg, 'to_dict') else cfg
-    if isinstance(error, KeyError):
-        return _explain_unknown_type(message, cfg)
-    return _explain_unexpected_argument(message, cfg)
+    cfg = _as_dict(cfg)
+    frames = _tb_frames(error)
+    try:
+        return (_explain_unexpected_argument(error, cfg, frames)
+                or _explain_unknown_type(error, cfg, frames))
+    finally:
+        del frames
 
 
 @contextmanager
@@ -158,10 +311,42 @@ def explain_config_errors(cfg):
     """
     try:
         yield
-    except (KeyError, TypeError) as error:
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
         if isinstance(error, ConfigError):
             raise
         explanation = explain_config_error(error, cfg)
         if explanation is None:
             raise
         raise ConfigError(explanation) from error
+
+
+def merge_cfg_options(cfg, options: Optional[dict]) -> None:
+    """``cfg.merge_from_dict(options)`` (``--cfg-options``), with an error
+    naming the option when it indexes a list by name.
+
+    mmengine says only "list indices must be integers or slices, not str"
+    when e.g. ``model.backbone.attn_cfg.sr_ratio=7`` meets a config whose
+    ``attn_cfg`` is a list (one dict per stage).
+    """
+    if not options:
+        return
+    try:
+        cfg.merge_from_dict(options)
+    except TypeError as error:
+        if 'list indices must be integers' not in str(error):
+            raise
+        plain = _as_dict(cfg)
+        for option in options:
+            keys = option.split('.')
+            for i in range(1, len(keys)):
+                node = _lookup(plain, '.'.join(keys[:i]))
+                if isinstance(node, (list, tuple)) and not keys[i].isdigit():
+                    prefix = '.'.join(keys[:i])
+                    example = '.'.join(keys[:i] + ['0'] + keys[i:])
+                    raise ConfigError(
+                        f'--cfg-options {option}: {prefix} is a list of '
+                        f'{len(node)} entries, not a dict; name the entry '
+                        f'by its index, e.g. {example}') from error
+                if node is _MISSING:
+                    break
+        raise

@@ -211,6 +211,24 @@ def test_misspelt_type_is_named(tmp_path):
     assert "Did you mean 'LinearClsHead'" in str(info.value)
 
 
+def test_typo_inside_lect_blocks_is_named(tmp_path):
+    """The demo's attn_cfg is a list (one dict per stage): naming it like a
+    dict says which index to use; the indexed typo names its path."""
+    demo = osp.join(REPO, 'configs', 'demo', 'lect_digits.py')
+    argv = [demo, '--work-dir', str(tmp_path), '--cfg-options']
+    with pytest.raises(ConfigError, match=r'e\.g\. model\.backbone\.attn_cfg'
+                       r'\.0\.sr_ratoi$'):
+        train_tool.main(argv + ['model.backbone.attn_cfg.sr_ratoi=7'])
+    with pytest.raises(ConfigError) as info:
+        train_tool.main(argv + [
+            'model.backbone.attn_cfg.0.sr_ratoi=7',
+            'experiment_name=cli_deep_typo'
+        ])
+    assert str(info.value).startswith(
+        "model.backbone.attn_cfg[0].sr_ratoi: LeMSA has no argument "
+        "'sr_ratoi'. Did you mean 'sr_ratio'?")
+
+
 # --------------------------------------------------- 2-process DDP on CPU
 def _free_port():
     with socket.socket() as s:

@@ -1,23 +1,34 @@
 """Config mistakes explained in terms of the config the user wrote.
 
-:func:`explain_config_errors` (used by ``tools/train.py`` and
-``tools/test.py``, see :func:`~lect_mm.engine.cli.runner_context`) turns a
-failed build into a :class:`ConfigError` naming the config path, the class,
-close names and the valid arguments: a misspelt ``type`` or an argument a
-class does not take, at any depth, including the blocks a backbone builds
-from configs it merged itself (LeCT's ``attn_cfg`` ...). The failing build is
-read from the traceback (mmengine's ``build_from_cfg`` frames), the culprit
-is then looked up in the config the user wrote. Errors it cannot trace back
-to the config pass through unchanged.
+Two parts, both used by ``tools/train.py`` and ``tools/test.py`` (see
+:func:`~lect_mm.engine.cli.runner_context`):
+
+- :func:`explain_config_errors` turns a failed build into a
+  :class:`ConfigError` naming the config path, the class, close names and the
+  valid arguments: a misspelt ``type`` or an argument a class does not take,
+  at any depth, including the blocks a backbone builds from configs it merged
+  itself (LeCT's ``attn_cfg`` ...). The failing build is read from the
+  traceback (mmengine's ``build_from_cfg`` frames), the culprit is then
+  looked up in the config the user wrote. Errors it cannot trace back to the
+  config pass through unchanged.
+- :class:`ConfigCheckHook` checks, before the first iteration, what would
+  otherwise fail inside it: the head's ``num_classes`` (and
+  ``data_preprocessor.num_classes``) against the dataset's classes, and the
+  head's ``in_channels`` against what the backbone and neck put out.
 """
 import difflib
 import inspect
+import random
 import re
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
 
+import numpy as np
+import torch
+from mmengine.hooks import Hook
 from mmengine.registry import Registry
 from mmengine.registry.build_functions import build_from_cfg
+from mmpretrain.registry import HOOKS
 
 _UNKNOWN_TYPE = re.compile(
     r"^'?(?P<name>[\w.:]+)'? is not in the (?P<registry>[\w:.]+) registry")
@@ -37,6 +48,14 @@ class ConfigError(KeyError, TypeError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class ConfigMismatchError(ValueError):
+    """Config values that do not fit the data or each other (the head's
+    ``num_classes`` or ``in_channels``), found by :class:`ConfigCheckHook`.
+
+    A ``ValueError``: mmengine re-wraps a ``TypeError`` raised in a hook.
+    """
 
 
 # ------------------------------------------------------------ the config
@@ -312,7 +331,7 @@ def explain_config_errors(cfg):
     try:
         yield
     except (KeyError, TypeError, AttributeError, ValueError) as error:
-        if isinstance(error, ConfigError):
+        if isinstance(error, (ConfigError, ConfigMismatchError)):
             raise
         explanation = explain_config_error(error, cfg)
         if explanation is None:
@@ -350,3 +369,167 @@ def merge_cfg_options(cfg, options: Optional[dict]) -> None:
                 if node is _MISSING:
                     break
         raise
+
+
+# ------------------------------------------------------------ before run
+def _unwrap(model):
+    from mmengine.model import is_model_wrapper
+    return model.module if is_model_wrapper(model) else model
+
+
+def _rng_state() -> tuple:
+    """The global random generators the probe's data pipeline may draw."""
+    return (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+            torch.cuda.get_rng_state_all()
+            if torch.cuda.is_available() else None)
+
+
+def _set_rng_state(state: tuple) -> None:
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
+    if state[3] is not None:
+        torch.cuda.set_rng_state_all(state[3])
+
+
+def _set_keys(cfg: dict, *candidates: str) -> List[str]:
+    """The ``key=value`` of those dotted keys the config sets."""
+    found = []
+    for key in candidates:
+        value = _lookup(cfg, key)
+        if value is not _MISSING and value is not None:
+            found.append(f'{key}={value}')
+    return found
+
+
+@HOOKS.register_module()
+class ConfigCheckHook(Hook):
+    """Check, before the first iteration, what would otherwise fail in it.
+
+    Runs in ``before_run`` (the loaders are built, nothing has been
+    trained) and raises :class:`ConfigMismatchError` naming the config keys
+    and both numbers when
+
+    - a dataset of a built loader has labels (or classes) beyond the head's
+      ``num_classes`` or the data preprocessor's ``num_classes`` (otherwise:
+      ``IndexError: Target 9 is out of bounds`` at the first loss);
+    - the head's ``in_channels`` is not what the backbone and neck put out:
+      one sample of the first loader goes through the data preprocessor,
+      backbone, neck and head (eval mode, no gradients, every random
+      generator restored afterwards, so the run is unchanged), and a head
+      that fails on it is explained (otherwise: ``mat1 and mat2 shapes
+      cannot be multiplied`` at the first iteration).
+
+    A probe that cannot run (an unusual model or dataset) is skipped with a
+    warning. ``tools/train.py`` and ``tools/test.py`` register it.
+    """
+
+    priority = 'HIGHEST'  # before CompileModelHook compiles the modules
+    # Larger datasets are checked by their ``classes`` only: reading every
+    # label (a deep copy of each sample's info) would slow the start.
+    max_scanned_labels = 200_000
+
+    def before_run(self, runner) -> None:
+        model = _unwrap(runner.model)
+        cfg = _as_dict(runner.cfg)
+        loaders = []
+        for name in ('train', 'val', 'test'):
+            loop = getattr(runner, f'_{name}_loop', None)
+            if hasattr(loop, 'dataloader'):
+                loaders.append((f'{name}_dataloader', loop.dataloader))
+        for name, loader in loaders:
+            self._check_classes(model, cfg, name, loader.dataset, runner)
+        if loaders:
+            self._check_head_input(model, cfg, *loaders[0], runner)
+
+    @staticmethod
+    def _check_classes(model, cfg: dict, name: str, dataset, runner) -> None:
+        classes = (getattr(dataset, 'metainfo', None) or {}).get('classes')
+        num_classes = len(classes) if classes else 0
+        max_label = None
+        try:
+            if len(dataset) > ConfigCheckHook.max_scanned_labels:
+                raise ValueError('too many labels to scan at start-up')
+            labels = np.asarray(dataset.get_gt_labels())
+            if labels.ndim == 1 and labels.size and labels.dtype.kind in 'iu':
+                max_label = int(labels.max())
+        except Exception:  # wrappers, unlabelled or very large data
+            pass
+        # outputs the loss needs: the labels decide where they can be read
+        needed = max_label + 1 if max_label is not None else num_classes
+        if not needed:
+            return
+        settings = []  # (key as the config sets it, value)
+        for key, owner in (('head.num_classes', getattr(model, 'head',
+                                                        None)),
+                           ('data_preprocessor.num_classes',
+                            getattr(model, 'data_preprocessor', None))):
+            value = getattr(owner, 'num_classes', None)
+            if isinstance(value, int):
+                written = [k for k in ('model.' + key, key)
+                           if _lookup(cfg, k) == value]
+                settings.append((written[0] if written else 'model.' + key,
+                                 value))
+        if not settings:
+            return
+        what = (f'{name}.dataset ({type(dataset).__name__}: {num_classes} '
+                'classes' + (f', labels up to {max_label}'
+                             if max_label is not None else '') + ')')
+        told = ' and '.join(f'{k}={v}' for k, v in settings)
+        if any(v < needed for _, v in settings):
+            raise ConfigMismatchError(
+                f'{told}, but {what} needs {needed}: the first loss would '
+                f'fail with "Target {needed - 1} is out of bounds". Set '
+                f'{" and ".join(f"{k}={needed}" for k, _ in settings)}.')
+        if any(v < num_classes for _, v in settings):
+            runner.logger.warning(
+                f'{told}: fewer than the {num_classes} classes of {what} '
+                '(its labels fit).')
+
+    @staticmethod
+    def _check_head_input(model, cfg: dict, name: str, loader,
+                          runner) -> None:
+        head = getattr(model, 'head', None)
+        in_channels = getattr(head, 'in_channels', None)
+        if not isinstance(in_channels, int) or not hasattr(
+                model, 'extract_feat'):
+            return
+        rng, modes = _rng_state(), {m: m.training for m in model.modules()}
+        feats = None
+        try:
+            model.eval()
+            with torch.no_grad():
+                batch = loader.collate_fn([loader.dataset[0]])
+                data = model.data_preprocessor(batch, False)
+                feats = model.extract_feat(data['inputs'])
+                head(feats)
+            return
+        except Exception as error:
+            failure = error
+        finally:
+            for module, mode in modes.items():
+                module.training = mode
+            _set_rng_state(rng)
+        last = feats[-1] if isinstance(feats, (tuple, list)) else feats
+        channels = (last.shape[1] if torch.is_tensor(last)
+                    and last.dim() == 2 else None)
+        if channels is None or channels == in_channels:
+            runner.logger.warning(
+                'ConfigCheckHook: the shape probe (one sample of '
+                f'{name} through the model) failed, so the head input is '
+                f'not checked: {type(failure).__name__}: {failure}')
+            return
+        keys = _set_keys(cfg, 'model.head.in_channels') or [
+            f'model.head.in_channels={in_channels}'
+        ]
+        parts = [
+            f'model.{part} ({type(getattr(model, part)).__name__})'
+            for part in ('backbone', 'neck')
+            if getattr(model, part, None) is not None
+        ]
+        raise ConfigMismatchError(
+            f'{keys[0]}, but {" + ".join(parts)} put out {channels} '
+            f'channels (one sample of {name}, input '
+            f'{tuple(data["inputs"].shape)}). Set model.head.in_channels='
+            f'{channels}, or change the backbone (e.g. its arch or '
+            'out_indices) to put out the expected width.') from failure

@@ -1,16 +1,20 @@
 """Config mistakes users meet first are explained with their config path."""
 import os.path as osp
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 from mmengine.config import Config
+from mmengine.logging import MMLogger
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
+from mmengine.runner import Runner
 from mmpretrain.registry import MODELS
 
 import lect_mm  # noqa: F401
-from lect_mm.engine import (ConfigError, explain_config_errors,
-                            merge_cfg_options)
+from lect_mm.engine import (ConfigCheckHook, ConfigError, ConfigMismatchError,
+                            explain_config_errors, merge_cfg_options)
 
 
 def _model(**backbone):
@@ -188,3 +192,54 @@ def test_cfg_option_on_a_list_names_the_index_to_use():
         'the entry by its index, e.g. model.backbone.attn_cfg.0.sr_ratoi')
     merge_cfg_options(cfg, {'model.backbone.attn_cfg.0.sr_ratio': 7})
     assert cfg.model.backbone.attn_cfg[0].sr_ratio == 7
+
+
+# ---------------------------------------------- checked before iteration 1
+def _hook_runner(tmp_path, **options):
+    """What ConfigCheckHook reads of a runner, for the tiny Digits config."""
+    cfg = _config('../tests/test_engine/data/tiny_digits.py', **options)
+    init_default_scope('mmpretrain')
+    model = MODELS.build(
+        dict(cfg.model, data_preprocessor=dict(
+            type='ClsDataPreprocessor', **cfg.data_preprocessor)))
+    loader = Runner.build_dataloader(
+        dict(cfg.train_dataloader, collate_fn=dict(type='default_collate')),
+        seed=0)
+    return SimpleNamespace(
+        model=model, cfg=cfg, logger=MMLogger.get_instance('config_check'),
+        _train_loop=SimpleNamespace(dataloader=loader))
+
+
+def test_head_in_channels_mismatch_names_both_numbers(tmp_path):
+    runner = _hook_runner(tmp_path, **{'model.head.in_channels': 16})
+    rng = torch.get_rng_state(), np.random.get_state()[1].copy()
+    with pytest.raises(ConfigMismatchError) as info:
+        ConfigCheckHook().before_run(runner)
+    assert str(info.value).startswith(
+        'model.head.in_channels=16, but model.backbone (ResNet) + '
+        'model.neck (GlobalAveragePooling) put out 8 channels (one sample '
+        'of train_dataloader, input (1, 3, 16, 16)). Set '
+        'model.head.in_channels=8')
+    # the probe leaves the random generators and the modes as they were
+    assert torch.equal(rng[0], torch.get_rng_state())
+    assert (rng[1] == np.random.get_state()[1]).all()
+    assert all(m.training for m in runner.model.modules())
+
+
+def test_matching_config_passes_and_changes_nothing(tmp_path):
+    runner = _hook_runner(tmp_path)
+    runner.model.backbone.eval()
+    before = torch.get_rng_state()
+    ConfigCheckHook().before_run(runner)
+    assert torch.equal(before, torch.get_rng_state())
+    assert not runner.model.backbone.training and runner.model.head.training
+
+
+def test_too_few_classes_in_data_preprocessor_is_named(tmp_path):
+    runner = _hook_runner(tmp_path, **{'data_preprocessor.num_classes': 9})
+    with pytest.raises(ConfigMismatchError) as info:
+        ConfigCheckHook().before_run(runner)
+    assert str(info.value).startswith(
+        'model.head.num_classes=10 and data_preprocessor.num_classes=9, but '
+        'train_dataloader.dataset (Digits: 10 classes, labels up to 9) '
+        'needs 10')

@@ -14,7 +14,7 @@ import torch
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
 
-from lect_mm.engine import ConfigError
+from lect_mm.engine import ConfigError, ConfigMismatchError
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(REPO, 'tests', 'test_engine', 'data', 'tiny_digits.py')
@@ -227,6 +227,20 @@ def test_typo_inside_lect_blocks_is_named(tmp_path):
     assert str(info.value).startswith(
         "model.backbone.attn_cfg[0].sr_ratoi: LeMSA has no argument "
         "'sr_ratoi'. Did you mean 'sr_ratio'?")
+
+
+def test_too_few_classes_stop_before_the_first_iteration(tmp_path):
+    with pytest.raises(ConfigMismatchError) as info:
+        train_tool.main([
+            TINY, '--work-dir',
+            str(tmp_path), '--cfg-options', 'model.head.num_classes=5',
+            'experiment_name=cli_few_classes'
+        ])
+    assert str(info.value).startswith(
+        'model.head.num_classes=5 and data_preprocessor.num_classes=10, but '
+        'train_dataloader.dataset (Digits: 10 classes, labels up to 9) '
+        'needs 10: the first loss would fail')
+    assert 'Epoch(train)' not in _log_text(str(tmp_path))
 
 
 # --------------------------------------------------- 2-process DDP on CPU

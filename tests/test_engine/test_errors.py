@@ -10,7 +10,7 @@ from mmengine.logging import MMLogger
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
-from mmpretrain.registry import MODELS
+from mmpretrain.registry import DATASETS, MODELS
 
 import lect_mm  # noqa: F401
 from lect_mm.engine import (ConfigCheckHook, ConfigError, ConfigMismatchError,
@@ -180,6 +180,20 @@ def test_optimizer_argument_typo_is_named():
     assert str(info.value).startswith(
         "optim_wrapper.optimizer.lrr: AdamW has no argument 'lrr'. Did you "
         "mean 'lr'?")
+
+
+def test_data_transform_typo_is_named():
+    loader = dict(dataset=dict(
+        type='Digits', split='val', image_size=8, indices=4,
+        pipeline=[dict(type='RandomFlip', probb=0.5),
+                  dict(type='PackInputs')]))
+    init_default_scope('mmpretrain')
+    with pytest.raises(ConfigError) as info:
+        with explain_config_errors(dict(val_dataloader=loader)):
+            DATASETS.build(loader['dataset'])
+    assert str(info.value).startswith(
+        "val_dataloader.dataset.pipeline[0].probb: RandomFlip has no "
+        "argument 'probb'. Did you mean 'prob'?")
 
 
 def test_cfg_option_on_a_list_names_the_index_to_use():

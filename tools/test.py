@@ -9,6 +9,7 @@ from mmengine.evaluator import DumpResults
 
 from lect_mm.engine.cli import (parse_launcher_args, runner_context,
                                 set_dataloader_defaults, set_work_dir)
+from lect_mm.engine.errors import merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -58,8 +59,7 @@ def merge_args(cfg, args):
     set_dataloader_defaults(
         cfg, ('test_dataloader', ), pin_memory=not args.no_pin_memory)
 
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
+    merge_cfg_options(cfg, args.cfg_options)
     return cfg
 
 

@@ -10,6 +10,7 @@ from mmengine.config import Config, DictAction
 
 from lect_mm.engine.cli import (parse_launcher_args, runner_context,
                                 set_dataloader_defaults, set_work_dir)
+from lect_mm.engine.errors import merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -88,8 +89,7 @@ def merge_args(cfg, args):
         pin_memory=not args.no_pin_memory,
         persistent_workers=not args.no_persistent_workers)
 
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
+    merge_cfg_options(cfg, args.cfg_options)
 
     # compile=True / compile=dict(...): compile the backbone and neck in
     # place instead of mmengine's whole train_step (see CompileModelHook).

@@ -18,7 +18,7 @@ from mmengine.runner import Runner
 
 from lect_mm._warnings import silence_known_log_messages
 from .dist import LAUNCHERS, distributed_context
-from .errors import explain_config_errors
+from .errors import ConfigCheckHook, explain_config_errors
 
 
 def parse_launcher_args(parser: argparse.ArgumentParser,
@@ -113,8 +113,10 @@ def runner_context(cfg: Config) -> Iterator[Runner]:
     Building and the body run inside
     :func:`~lect_mm.engine.distributed_context` (CPU DDP, process group
     torn down) and :func:`~lect_mm.engine.explain_config_errors` (config
-    mistakes named). ``cfg.runner_type`` picks a registered runner; without
-    it mmengine's :class:`~mmengine.runner.Runner` is used.
+    mistakes named), and the runner gets a
+    :class:`~lect_mm.engine.ConfigCheckHook` (classes and head width checked
+    before the first iteration). ``cfg.runner_type`` picks a registered
+    runner; without it mmengine's :class:`~mmengine.runner.Runner` is used.
 
     Args:
         cfg (Config): The full config.
@@ -128,4 +130,6 @@ def runner_context(cfg: Config) -> Iterator[Runner]:
         else:
             runner = RUNNERS.build(cfg)
         silence_known_log_messages(runner.logger)
+        if not any(isinstance(h, ConfigCheckHook) for h in runner.hooks):
+            runner.register_hook(ConfigCheckHook())
         yield runner

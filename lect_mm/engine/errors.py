@@ -1,26 +1,42 @@
 """Config mistakes explained in terms of the config the user wrote.
 
-When a registry build fails because of a misspelt ``type`` or an argument the
-class does not take, mmengine raises a ``KeyError`` / ``TypeError`` from deep
-inside the nested builds, without saying where in the config the culprit
-is. :func:`explain_config_errors` re-raises such an error as a
-:class:`ConfigError` whose message names the config path, the bad type or
-argument, close registered names and the class's valid arguments. Errors it
-cannot trace back to the config pass through unchanged.
+Two parts, both used by ``tools/train.py`` and ``tools/test.py`` (see
+:func:`~lect_mm.engine.cli.runner_context`):
+
+- :func:`explain_config_errors` turns a failed build into a
+  :class:`ConfigError` naming the config path, the class, close names and the
+  valid arguments: a misspelt ``type`` or an argument a class does not take,
+  at any depth, including the blocks a backbone builds from configs it merged
+  itself (LeCT's ``attn_cfg`` ...). The failing build is read from the
+  traceback (mmengine's ``build_from_cfg`` frames), the culprit is then
+  looked up in the config the user wrote. Errors it cannot trace back to the
+  config pass through unchanged.
+- :class:`ConfigCheckHook` checks, before the first iteration, what would
+  otherwise fail inside it: the head's ``num_classes`` (and
+  ``data_preprocessor.num_classes``) against the dataset's classes, and the
+  head's ``in_channels`` against what the backbone and neck put out.
 """
 import difflib
 import inspect
+import random
 import re
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
 
+import numpy as np
+import torch
+from mmengine.hooks import Hook
 from mmengine.registry import Registry
+from mmengine.registry.build_functions import build_from_cfg
+from mmpretrain.registry import HOOKS
 
 _UNKNOWN_TYPE = re.compile(
-    r'^(?P<name>[\w.:]+) is not in the (?P<registry>[\w:.]+) registry')
+    r"^'?(?P<name>[\w.:]+)'? is not in the (?P<registry>[\w:.]+) registry")
 _UNEXPECTED_ARG = re.compile(
-    r"^(?P<cls>\w+)\.__init__\(\) got an unexpected keyword argument "
+    r"(?P<cls>\w+)(?:\.__init__)?\(\) got an unexpected keyword argument "
     r"'(?P<key>\w+)'")
+_BUILD_CODE = build_from_cfg.__code__
+_MISSING = object()
 
 
 class ConfigError(KeyError, TypeError):
@@ -34,6 +50,15 @@ class ConfigError(KeyError, TypeError):
         return str(self.args[0])
 
 
+class ConfigMismatchError(ValueError):
+    """Config values that do not fit the data or each other (the head's
+    ``num_classes`` or ``in_channels``), found by :class:`ConfigCheckHook`.
+
+    A ``ValueError``: mmengine re-wraps a ``TypeError`` raised in a hook.
+    """
+
+
+# ------------------------------------------------------------ the config
 def _walk(node, path: str = '') -> Iterator[Tuple[str, dict]]:
     """Yield ``(dotted path, dict)`` for every dict in a nested config."""
     if isinstance(node, dict):
@@ -45,11 +70,30 @@ def _walk(node, path: str = '') -> Iterator[Tuple[str, dict]]:
             yield from _walk(value, f'{path}[{i}]')
 
 
+def _join(path: str, key: str) -> str:
+    return f'{path}.{key}' if path else key
+
+
 def _type_name(type_) -> str:
     return type_ if isinstance(type_, str) else getattr(
         type_, '__name__', repr(type_))
 
 
+def _as_dict(cfg):
+    return cfg.to_dict() if hasattr(cfg, 'to_dict') else cfg
+
+
+def _lookup(cfg, dotted: str):
+    """The value at ``a.b.c`` in ``cfg``, or ``_MISSING``."""
+    node = cfg
+    for key in dotted.split('.'):
+        if not isinstance(node, dict) or key not in node:
+            return _MISSING
+        node = node[key]
+    return node
+
+
+# ------------------------------------------------------------ registries
 def _registries() -> List[Registry]:
     import mmpretrain.registry as registry_module
     return [
@@ -66,82 +110,210 @@ def _names_in(registry: Registry) -> set:
     return names
 
 
-def _find_class(name: str):
+def _find_class(name):
+    """The class (or function) registered as ``name`` anywhere, or None."""
+    if not isinstance(name, str):
+        return name
     for registry in _registries():
-        while registry is not None:
-            if name in registry.module_dict:
-                return registry.module_dict[name]
-            registry = registry.parent
+        try:
+            found = registry.get(name)
+        except Exception:  # a malformed name: not registered
+            found = None
+        if found is not None:
+            return found
     return None
 
 
-def _explain_unknown_type(message: str, cfg: dict) -> Optional[str]:
-    match = _UNKNOWN_TYPE.match(message)
-    if match is None:
+def _is_named(obj, cls_name: str) -> bool:
+    """Whether ``obj`` is, or inherits from, a class called ``cls_name``."""
+    if inspect.isclass(obj):
+        return any(c.__name__ == cls_name for c in inspect.getmro(obj))
+    return getattr(obj, '__name__', None) == cls_name
+
+
+def _suggest(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, sorted(candidates), n=3)
+    return f' Did you mean {" or ".join(map(repr, close))}?' if close else ''
+
+
+def _valid_arguments(cls) -> List[str]:
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name for p in params
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+# ------------------------------------------------------------ the traceback
+def _tb_frames(error: BaseException) -> list:
+    """The frames of ``error``'s traceback, outermost first."""
+    frames, tb = [], error.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def _builds(frames: list) -> List[dict]:
+    """The registry builds in progress: the locals of mmengine's
+    ``build_from_cfg`` frames, outermost first."""
+    return [f.f_locals for f in frames if f.f_code is _BUILD_CODE]
+
+
+def _chain(builds: List[dict]) -> str:
+    names = []
+    for build in builds:
+        obj_type = build.get('obj_type', (build.get('cfg') or {}).get('type'))
+        names.append(_type_name(obj_type))
+    return ' > '.join(names)
+
+
+# ------------------------------------------------------------ explanations
+def _explain_unknown_type(error: Exception, cfg: dict,
+                          frames: list) -> Optional[str]:
+    """A ``type`` no registry knows, named with its config path."""
+    name, registry_name = None, None
+    if isinstance(error, KeyError) and error.args:
+        match = _UNKNOWN_TYPE.match(str(error.args[0]))
+        if match is not None:
+            name, registry_name = match['name'], match['registry']
+    if name is None:
+        # Not mmengine's message (e.g. a constructor that looked the type up
+        # itself and failed on None): a config dict in the failing frames
+        # whose type no registry knows.
+        for frame in reversed(frames):
+            for value in list(frame.f_locals.values()):
+                if (isinstance(value, dict)
+                        and isinstance(value.get('type'), str)
+                        and _find_class(value['type']) is None):
+                    name = value['type']
+                    break
+            if name is not None:
+                break
+    if name is None:
         return None
-    name, registry_name = match['name'], match['registry']
     paths = [
-        f'{path}.type' if path else 'type' for path, node in _walk(cfg)
+        _join(path, 'type') for path, node in _walk(cfg)
         if _type_name(node.get('type')) == name
     ]
     if not paths:
         return None
-    text = (f"type='{name}' (at {', '.join(paths)}) is not in the "
-            f'{registry_name} registry.')
     candidates = set()
     for registry in _registries():
-        if f'{registry.scope}::{registry.name}' == registry_name:
+        if registry_name in (None, f'{registry.scope}::{registry.name}'):
             candidates |= _names_in(registry)
-    close = difflib.get_close_matches(name, sorted(candidates), n=3)
-    if close:
-        text += f' Did you mean {" or ".join(map(repr, close))}?'
-    return text + (" If it is your own class, check that the module that "
-                   "registers it is imported (config key 'custom_imports').")
+    where = (f'in the {registry_name} registry'
+             if registry_name else 'registered')
+    return (f"type='{name}' (at {', '.join(paths)}) is not {where}."
+            f'{_suggest(name, candidates)} If it is your own class, check '
+            'that the module that registers it is imported (config key '
+            "'custom_imports').")
 
 
-def _explain_unexpected_argument(message: str, cfg: dict) -> Optional[str]:
-    match = _UNEXPECTED_ARG.search(message)
+def _explain_unexpected_argument(error: Exception, cfg: dict,
+                                 frames: list) -> Optional[str]:
+    """An argument a class does not take, named with its config path.
+
+    When the call that failed is the one in mmengine's ``build_from_cfg``
+    (the innermost frame), its class and arguments are exact; the path is
+    that of every dict in the config holding the argument with the same
+    value whose ``type`` is that class (or which has no ``type``: an
+    override merged into a block config by the code, as LeCT's ``attn_cfg``).
+    """
+    if not isinstance(error, TypeError) or not error.args:
+        return None
+    match = _UNEXPECTED_ARG.search(str(error.args[0]))
     if match is None:
         return None
     cls_name, key = match['cls'], match['key']
-    paths = [
-        f'{path}.{key}' if path else key for path, node in _walk(cfg)
-        if _type_name(node.get('type')) == cls_name and key in node
-    ]
-    if not paths:
-        return None
-    text = (f"{', '.join(paths)}: {cls_name} has no argument '{key}'.")
-    cls = _find_class(cls_name)
-    if cls is not None:
-        params = [
-            p.name for p in inspect.signature(cls).parameters.values()
-            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        ]
+    builds = _builds(frames)
+    cls, value = _find_class(cls_name), _MISSING
+    if frames and frames[-1].f_code is _BUILD_CODE:
+        build = builds[-1]
+        if 'obj_cls' in build and _is_named(build['obj_cls'], cls_name):
+            cls = build['obj_cls']
+            value = build.get('args', {}).get(key, _MISSING)
+    elif frames:
+        # e.g. mmcv's build_norm_layer: the class it looked up is a local
+        cls = next((v for v in list(frames[-1].f_locals.values())
+                    if inspect.isclass(v) and _is_named(v, cls_name)), cls)
+    # The class the config chose (the message may name the base class
+    # that defines __init__, e.g. _BatchNorm for BatchNorm2d).
+    shown = cls.__name__ if inspect.isclass(cls) and _is_named(
+        cls, cls_name) else cls_name
+
+    paths = []
+    for path, node in _walk(cfg):
+        if key not in node:
+            continue
+        node_type = node.get('type')
+        if node_type is not None and not _is_named(
+                _find_class(node_type), cls_name):
+            continue
+        if value is not _MISSING and not _same(node[key], value):
+            continue
+        paths.append(_join(path, key))
+
+    params = _valid_arguments(cls) if cls is not None else []
+    hint = ''
+    if params:
         close = difflib.get_close_matches(key, params, n=1)
         if close:
-            text += f' Did you mean {close[0]!r}?'
-        text += f' Valid arguments of {cls_name}: {", ".join(params)}.'
-    return text
+            hint += f' Did you mean {close[0]!r}?'
+        hint += f' Valid arguments of {shown}: {", ".join(params)}.'
+    if paths:
+        return (f"{', '.join(paths)}: {shown} has no argument '{key}'."
+                + hint)
+    if not (frames and frames[-1].f_code is _BUILD_CODE):
+        return None
+    # A registry build, of an argument not in the config: the code that
+    # builds the class passed it.
+    type_paths = [
+        _join(path, 'type') for path, node in _walk(cfg)
+        if node.get('type') is not None
+        and _is_named(_find_class(node['type']), cls_name)
+    ]
+    text = (f"{shown} has no argument '{key}', which the code that "
+            f'builds it passes ({_chain(builds)}), not the config.')
+    if type_paths:
+        text += (f' The config names {shown} at {", ".join(type_paths)}'
+                 f"; choose a type there that takes '{key}'.")
+    return text + hint
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(a == b) or (isinstance(a, (list, tuple)) and isinstance(
+            b, (list, tuple)) and list(a) == list(b))
+    except Exception:  # e.g. tensors: not comparable, keep the candidate
+        return True
 
 
 def explain_config_error(error: Exception, cfg) -> Optional[str]:
     """Explain a build error in terms of ``cfg``, or return None.
 
     Args:
-        error (Exception): The error raised while building from ``cfg``.
+        error (Exception): The error raised while building from ``cfg``;
+            its traceback locates the failing build.
         cfg (Config | dict): The config that was being built.
 
     Returns:
         str | None: The explanation, or None when the error is not a
         misspelt type / unknown argument found in ``cfg``.
     """
-    if not isinstance(error, (KeyError, TypeError)) or not error.args:
+    if not isinstance(error, (KeyError, TypeError, AttributeError,
+                              ValueError)):
         return None
-    message = str(error.args[0])
-    cfg = cfg.to_dict() if hasattr(cfg, 'to_dict') else cfg
-    if isinstance(error, KeyError):
-        return _explain_unknown_type(message, cfg)
-    return _explain_unexpected_argument(message, cfg)
+    cfg = _as_dict(cfg)
+    frames = _tb_frames(error)
+    try:
+        return (_explain_unexpected_argument(error, cfg, frames)
+                or _explain_unknown_type(error, cfg, frames))
+    finally:
+        del frames
 
 
 @contextmanager
@@ -158,10 +330,206 @@ def explain_config_errors(cfg):
     """
     try:
         yield
-    except (KeyError, TypeError) as error:
-        if isinstance(error, ConfigError):
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        if isinstance(error, (ConfigError, ConfigMismatchError)):
             raise
         explanation = explain_config_error(error, cfg)
         if explanation is None:
             raise
         raise ConfigError(explanation) from error
+
+
+def merge_cfg_options(cfg, options: Optional[dict]) -> None:
+    """``cfg.merge_from_dict(options)`` (``--cfg-options``), with an error
+    naming the option when it indexes a list by name.
+
+    mmengine says only "list indices must be integers or slices, not str"
+    when e.g. ``model.backbone.attn_cfg.sr_ratio=7`` meets a config whose
+    ``attn_cfg`` is a list (one dict per stage).
+    """
+    if not options:
+        return
+    try:
+        cfg.merge_from_dict(options)
+    except TypeError as error:
+        if 'list indices must be integers' not in str(error):
+            raise
+        plain = _as_dict(cfg)
+        for option in options:
+            keys = option.split('.')
+            for i in range(1, len(keys)):
+                node = _lookup(plain, '.'.join(keys[:i]))
+                if isinstance(node, (list, tuple)) and not keys[i].isdigit():
+                    prefix = '.'.join(keys[:i])
+                    example = '.'.join(keys[:i] + ['0'] + keys[i:])
+                    raise ConfigError(
+                        f'--cfg-options {option}: {prefix} is a list of '
+                        f'{len(node)} entries, not a dict; name the entry '
+                        f'by its index, e.g. {example}') from error
+                if node is _MISSING:
+                    break
+        raise
+
+
+# ------------------------------------------------------------ before run
+def _unwrap(model):
+    from mmengine.model import is_model_wrapper
+    return model.module if is_model_wrapper(model) else model
+
+
+def _rng_state() -> tuple:
+    """The global random generators the probe's data pipeline may draw."""
+    return (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+            torch.cuda.get_rng_state_all()
+            if torch.cuda.is_available() else None)
+
+
+def _set_rng_state(state: tuple) -> None:
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
+    if state[3] is not None:
+        torch.cuda.set_rng_state_all(state[3])
+
+
+def _set_keys(cfg: dict, *candidates: str) -> List[str]:
+    """The ``key=value`` of those dotted keys the config sets."""
+    found = []
+    for key in candidates:
+        value = _lookup(cfg, key)
+        if value is not _MISSING and value is not None:
+            found.append(f'{key}={value}')
+    return found
+
+
+@HOOKS.register_module()
+class ConfigCheckHook(Hook):
+    """Check, before the first iteration, what would otherwise fail in it.
+
+    Runs in ``before_run`` (the loaders are built, nothing has been
+    trained) and raises :class:`ConfigMismatchError` naming the config keys
+    and both numbers when
+
+    - a dataset of a built loader has labels (or classes) beyond the head's
+      ``num_classes`` or the data preprocessor's ``num_classes`` (otherwise:
+      ``IndexError: Target 9 is out of bounds`` at the first loss);
+    - the head's ``in_channels`` is not what the backbone and neck put out:
+      one sample of the first loader goes through the data preprocessor,
+      backbone, neck and head (eval mode, no gradients, every random
+      generator restored afterwards, so the run is unchanged), and a head
+      that fails on it is explained (otherwise: ``mat1 and mat2 shapes
+      cannot be multiplied`` at the first iteration).
+
+    A probe that cannot run (an unusual model or dataset) is skipped with a
+    warning. ``tools/train.py`` and ``tools/test.py`` register it.
+    """
+
+    priority = 'HIGHEST'  # before CompileModelHook compiles the modules
+    # Larger datasets are checked by their ``classes`` only: reading every
+    # label (a deep copy of each sample's info) would slow the start.
+    max_scanned_labels = 200_000
+
+    def before_run(self, runner) -> None:
+        model = _unwrap(runner.model)
+        cfg = _as_dict(runner.cfg)
+        loaders = []
+        for name in ('train', 'val', 'test'):
+            loop = getattr(runner, f'_{name}_loop', None)
+            if hasattr(loop, 'dataloader'):
+                loaders.append((f'{name}_dataloader', loop.dataloader))
+        for name, loader in loaders:
+            self._check_classes(model, cfg, name, loader.dataset, runner)
+        if loaders:
+            self._check_head_input(model, cfg, *loaders[0], runner)
+
+    @staticmethod
+    def _check_classes(model, cfg: dict, name: str, dataset, runner) -> None:
+        classes = (getattr(dataset, 'metainfo', None) or {}).get('classes')
+        num_classes = len(classes) if classes else 0
+        max_label = None
+        try:
+            if len(dataset) > ConfigCheckHook.max_scanned_labels:
+                raise ValueError('too many labels to scan at start-up')
+            labels = np.asarray(dataset.get_gt_labels())
+            if labels.ndim == 1 and labels.size and labels.dtype.kind in 'iu':
+                max_label = int(labels.max())
+        except Exception:  # wrappers, unlabelled or very large data
+            pass
+        # outputs the loss needs: the labels decide where they can be read
+        needed = max_label + 1 if max_label is not None else num_classes
+        if not needed:
+            return
+        settings = []  # (key as the config sets it, value)
+        for key, owner in (('head.num_classes', getattr(model, 'head',
+                                                        None)),
+                           ('data_preprocessor.num_classes',
+                            getattr(model, 'data_preprocessor', None))):
+            value = getattr(owner, 'num_classes', None)
+            if isinstance(value, int):
+                written = [k for k in ('model.' + key, key)
+                           if _lookup(cfg, k) == value]
+                settings.append((written[0] if written else 'model.' + key,
+                                 value))
+        if not settings:
+            return
+        what = (f'{name}.dataset ({type(dataset).__name__}: {num_classes} '
+                'classes' + (f', labels up to {max_label}'
+                             if max_label is not None else '') + ')')
+        told = ' and '.join(f'{k}={v}' for k, v in settings)
+        if any(v < needed for _, v in settings):
+            raise ConfigMismatchError(
+                f'{told}, but {what} needs {needed}: the first loss would '
+                f'fail with "Target {needed - 1} is out of bounds". Set '
+                f'{" and ".join(f"{k}={needed}" for k, _ in settings)}.')
+        if any(v < num_classes for _, v in settings):
+            runner.logger.warning(
+                f'{told}: fewer than the {num_classes} classes of {what} '
+                '(its labels fit).')
+
+    @staticmethod
+    def _check_head_input(model, cfg: dict, name: str, loader,
+                          runner) -> None:
+        head = getattr(model, 'head', None)
+        in_channels = getattr(head, 'in_channels', None)
+        if not isinstance(in_channels, int) or not hasattr(
+                model, 'extract_feat'):
+            return
+        rng, modes = _rng_state(), {m: m.training for m in model.modules()}
+        feats = None
+        try:
+            model.eval()
+            with torch.no_grad():
+                batch = loader.collate_fn([loader.dataset[0]])
+                data = model.data_preprocessor(batch, False)
+                feats = model.extract_feat(data['inputs'])
+                head(feats)
+            return
+        except Exception as error:
+            failure = error
+        finally:
+            for module, mode in modes.items():
+                module.training = mode
+            _set_rng_state(rng)
+        last = feats[-1] if isinstance(feats, (tuple, list)) else feats
+        channels = (last.shape[1] if torch.is_tensor(last)
+                    and last.dim() == 2 else None)
+        if channels is None or channels == in_channels:
+            runner.logger.warning(
+                'ConfigCheckHook: the shape probe (one sample of '
+                f'{name} through the model) failed, so the head input is '
+                f'not checked: {type(failure).__name__}: {failure}')
+            return
+        keys = _set_keys(cfg, 'model.head.in_channels') or [
+            f'model.head.in_channels={in_channels}'
+        ]
+        parts = [
+            f'model.{part} ({type(getattr(model, part)).__name__})'
+            for part in ('backbone', 'neck')
+            if getattr(model, part, None) is not None
+        ]
+        raise ConfigMismatchError(
+            f'{keys[0]}, but {" + ".join(parts)} put out {channels} '
+            f'channels (one sample of {name}, input '
+            f'{tuple(data["inputs"].shape)}). Set model.head.in_channels='
+            f'{channels}, or change the backbone (e.g. its arch or '
+            'out_indices) to put out the expected width.') from failure

@@ -1,10 +1,12 @@
 """Mixed-precision training on the CPU as well as on accelerators."""
+import logging
 from contextlib import contextmanager
 from typing import Optional, Union
 
 import torch
 import torch.nn as nn
 from mmengine.device import get_device
+from mmengine.logging import print_log
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmpretrain.registry import OPTIM_WRAPPERS
 
@@ -23,6 +25,7 @@ class DeviceAmpOptimWrapper(AmpOptimWrapper):
       ``torch.autocast('cpu', dtype=torch.bfloat16)``. bfloat16 has float32's
       exponent range, so no loss scaler is used (``loss_scaler`` is None)
       and backward/step are plain :class:`~mmengine.optim.OptimWrapper`'s.
+      Building it says so once in the log.
 
     Args:
         loss_scale (float | str | dict): ``GradScaler`` setting, used on
@@ -52,6 +55,14 @@ class DeviceAmpOptimWrapper(AmpOptimWrapper):
         self.loss_scaler = None
         self._scale_update_param = None
         self.cast_dtype = torch.bfloat16
+        # Said once per run (one wrapper is built per run), since a user
+        # asking for --amp may expect float16 and loss scaling.
+        print_log(
+            'AMP on the CPU: forward passes run under bfloat16 autocast, '
+            f'without loss scaling (loss_scale={loss_scale!r} is not used: '
+            "bfloat16 has float32's exponent range).",
+            logger='current',
+            level=logging.INFO)
 
     def backward(self, loss: torch.Tensor, **kwargs) -> None:
         if self.loss_scaler is None:

@@ -1,9 +1,20 @@
 """Config mistakes users meet first are explained with their config path."""
-import pytest
-from mmengine.registry import init_default_scope
-from mmpretrain.registry import MODELS
+import os.path as osp
+from types import SimpleNamespace
 
-from lect_mm.engine import ConfigError, explain_config_errors
+import numpy as np
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.logging import MMLogger
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import init_default_scope
+from mmengine.runner import Runner
+from mmpretrain.registry import DATASETS, MODELS
+
+import lect_mm  # noqa: F401
+from lect_mm.engine import (ConfigCheckHook, ConfigError, ConfigMismatchError,
+                            explain_config_errors, merge_cfg_options)
 
 
 def _model(**backbone):
@@ -68,3 +79,181 @@ def test_unrelated_errors_pass_through_unchanged():
             raise TypeError(
                 "Other.__init__() got an unexpected keyword argument 'x'")
     assert type(info.value) is TypeError
+
+
+# ------------------------------------------------ deeper than the backbone
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+def _config(name, **options):
+    cfg = Config.fromfile(osp.join(REPO, 'configs', name))
+    cfg.merge_from_dict(options)
+    return cfg
+
+
+def _build_model(cfg):
+    init_default_scope('mmpretrain')
+    with pytest.raises(ConfigError) as info:
+        with explain_config_errors(cfg):
+            MODELS.build(cfg.model)
+    return str(info.value)
+
+
+def test_lect_merged_block_typo_names_path_as_written():
+    """LeCT merges attn_cfg into each stage's LeMSA config and builds the
+    blocks itself; the path is still the one the user wrote."""
+    message = _build_model(
+        _config('demo/lect_digits.py', **{
+            'model.backbone.attn_cfg.0.sr_ratoi': 7}))
+    assert message.startswith(
+        "model.backbone.attn_cfg[0].sr_ratoi: LeMSA has no argument "
+        "'sr_ratoi'. Did you mean 'sr_ratio'?")
+    assert 'Valid arguments of LeMSA: embed_dims, num_heads, sr_ratio' in (
+        message)
+
+
+def test_typo_two_levels_below_a_merged_block():
+    message = _build_model(
+        _config('demo/lect_digits.py', **{
+            'model.backbone.attn_cfg.1.query_upsampler.modee': 'bicubic'}))
+    assert message.startswith(
+        'model.backbone.attn_cfg[1].query_upsampler.modee: ')
+    assert "has no argument 'modee'. Did you mean 'mode'?" in message
+
+
+def test_norm_cfg_typo_through_mmcv_build_norm_layer():
+    """build_norm_layer instantiates the class itself (type 'BN' is
+    BatchNorm2d): still named, with the class's valid arguments."""
+    message = _build_model(
+        _config('_base_/models/ceit_t.py', **{
+            'model.backbone.conv_norm_cfg': dict(type='BN', momentumm=0.1)}))
+    assert message.startswith(
+        "model.backbone.conv_norm_cfg.momentumm: BatchNorm2d has no argument "
+        "'momentumm'. Did you mean 'momentum'?")
+    assert 'Valid arguments of BatchNorm2d: num_features, eps, momentum' in (
+        message)
+
+
+def test_unknown_nested_type_in_a_merged_block():
+    message = _build_model(
+        _config('demo/lect_digits.py', **{
+            'model.backbone.attn_cfg.0.type': 'LeMSAv3'}))
+    assert message.startswith(
+        "type='LeMSAv3' (at model.backbone.attn_cfg[0].type) is not in the "
+        'mmpretrain::model registry. Did you mean')
+    assert "'LeMSAv2'" in message
+
+
+def test_argument_passed_by_code_is_not_blamed_on_the_config():
+    cfg = dict(model=dict(
+        type='LeCTBlock', embed_dims=8,
+        attn_cfg=dict(type='GlobalAveragePooling'),
+        ffn_cfg=dict(type='LeFFN')))
+    message = _build_model(Config(cfg))
+    assert message.startswith(
+        "GlobalAveragePooling has no argument 'embed_dims', which the code "
+        'that builds it passes (LeCTBlock > GlobalAveragePooling), not the '
+        'config. The config names GlobalAveragePooling at '
+        'model.attn_cfg.type')
+
+
+def test_optimizer_type_typo_is_named():
+    """mmengine's optimizer constructor looks the type up itself and fails
+    with "None is not a callable object"."""
+    cfg = dict(optim_wrapper=dict(optimizer=dict(type='AdamWW', lr=1e-3)))
+    init_default_scope('mmpretrain')
+    with pytest.raises(ConfigError) as info:
+        with explain_config_errors(cfg):
+            build_optim_wrapper(torch.nn.Linear(2, 2), cfg['optim_wrapper'])
+    assert str(info.value).startswith(
+        "type='AdamWW' (at optim_wrapper.optimizer.type) is not registered. "
+        "Did you mean 'AdamW'")
+    assert 'None is not a callable' in str(info.value.__cause__)
+
+
+def test_optimizer_argument_typo_is_named():
+    cfg = dict(optim_wrapper=dict(optimizer=dict(type='AdamW', lrr=1e-3)))
+    init_default_scope('mmpretrain')
+    with pytest.raises(ConfigError) as info:
+        with explain_config_errors(cfg):
+            build_optim_wrapper(torch.nn.Linear(2, 2), cfg['optim_wrapper'])
+    assert str(info.value).startswith(
+        "optim_wrapper.optimizer.lrr: AdamW has no argument 'lrr'. Did you "
+        "mean 'lr'?")
+
+
+def test_data_transform_typo_is_named():
+    loader = dict(dataset=dict(
+        type='Digits', split='val', image_size=8, indices=4,
+        pipeline=[dict(type='RandomFlip', probb=0.5),
+                  dict(type='PackInputs')]))
+    init_default_scope('mmpretrain')
+    with pytest.raises(ConfigError) as info:
+        with explain_config_errors(dict(val_dataloader=loader)):
+            DATASETS.build(loader['dataset'])
+    assert str(info.value).startswith(
+        "val_dataloader.dataset.pipeline[0].probb: RandomFlip has no "
+        "argument 'probb'. Did you mean 'prob'?")
+
+
+def test_cfg_option_on_a_list_names_the_index_to_use():
+    cfg = _config('demo/lect_digits.py')
+    with pytest.raises(ConfigError) as info:
+        merge_cfg_options(cfg, {'model.backbone.attn_cfg.sr_ratoi': 7})
+    assert str(info.value) == (
+        '--cfg-options model.backbone.attn_cfg.sr_ratoi: '
+        'model.backbone.attn_cfg is a list of 3 entries, not a dict; name '
+        'the entry by its index, e.g. model.backbone.attn_cfg.0.sr_ratoi')
+    merge_cfg_options(cfg, {'model.backbone.attn_cfg.0.sr_ratio': 7})
+    assert cfg.model.backbone.attn_cfg[0].sr_ratio == 7
+
+
+# ---------------------------------------------- checked before iteration 1
+def _hook_runner(tmp_path, **options):
+    """What ConfigCheckHook reads of a runner, for the tiny Digits config."""
+    cfg = _config('../tests/test_engine/data/tiny_digits.py', **options)
+    init_default_scope('mmpretrain')
+    model = MODELS.build(
+        dict(cfg.model, data_preprocessor=dict(
+            type='ClsDataPreprocessor', **cfg.data_preprocessor)))
+    loader = Runner.build_dataloader(
+        dict(cfg.train_dataloader, collate_fn=dict(type='default_collate')),
+        seed=0)
+    return SimpleNamespace(
+        model=model, cfg=cfg, logger=MMLogger.get_instance('config_check'),
+        _train_loop=SimpleNamespace(dataloader=loader))
+
+
+def test_head_in_channels_mismatch_names_both_numbers(tmp_path):
+    runner = _hook_runner(tmp_path, **{'model.head.in_channels': 16})
+    rng = torch.get_rng_state(), np.random.get_state()[1].copy()
+    with pytest.raises(ConfigMismatchError) as info:
+        ConfigCheckHook().before_run(runner)
+    assert str(info.value).startswith(
+        'model.head.in_channels=16, but model.backbone (ResNet) + '
+        'model.neck (GlobalAveragePooling) put out 8 channels (one sample '
+        'of train_dataloader, input (1, 3, 16, 16)). Set '
+        'model.head.in_channels=8')
+    # the probe leaves the random generators and the modes as they were
+    assert torch.equal(rng[0], torch.get_rng_state())
+    assert (rng[1] == np.random.get_state()[1]).all()
+    assert all(m.training for m in runner.model.modules())
+
+
+def test_matching_config_passes_and_changes_nothing(tmp_path):
+    runner = _hook_runner(tmp_path)
+    runner.model.backbone.eval()
+    before = torch.get_rng_state()
+    ConfigCheckHook().before_run(runner)
+    assert torch.equal(before, torch.get_rng_state())
+    assert not runner.model.backbone.training and runner.model.head.training
+
+
+def test_too_few_classes_in_data_preprocessor_is_named(tmp_path):
+    runner = _hook_runner(tmp_path, **{'data_preprocessor.num_classes': 9})
+    with pytest.raises(ConfigMismatchError) as info:
+        ConfigCheckHook().before_run(runner)
+    assert str(info.value).startswith(
+        'model.head.num_classes=10 and data_preprocessor.num_classes=9, but '
+        'train_dataloader.dataset (Digits: 10 classes, labels up to 9) '
+        'needs 10')

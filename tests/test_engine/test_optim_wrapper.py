@@ -68,3 +68,24 @@ def test_cuda_behaves_as_amp_optim_wrapper():
     assert out.dtype == torch.float16
     wrapper.update_params(out.float().pow(2).mean())
     assert 'loss_scaler' in wrapper.state_dict()
+
+
+@cpu_only
+def test_cpu_says_once_that_it_runs_bf16_without_loss_scaling():
+    import logging
+
+    from mmengine.logging import MMLogger
+
+    logger = MMLogger.get_instance('test_amp_cpu_message')
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    try:
+        _build(nn.Linear(2, 2))
+    finally:
+        logger.removeHandler(handler)
+    messages = [r.getMessage() for r in records]
+    amp = [m for m in messages if 'bfloat16 autocast' in m]
+    assert len(amp) == 1, messages
+    assert 'without loss scaling' in amp[0]

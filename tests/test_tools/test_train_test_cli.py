@@ -14,7 +14,7 @@ import torch
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
 
-from lect_mm.engine import ConfigError
+from lect_mm.engine import ConfigError, ConfigMismatchError
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(REPO, 'tests', 'test_engine', 'data', 'tiny_digits.py')
@@ -182,6 +182,10 @@ def test_amp_training_on_cpu_runs_under_bf16(tmp_path):
     assert set(AUTOCAST_RECORDS) == {(True, torch.bfloat16, torch.bfloat16)}
     assert all(p.dtype == torch.float32 for p in runner.model.parameters())
     assert osp.isfile(osp.join(str(tmp_path), 'epoch_1.pth'))
+    # the run's log says once what --amp does on the CPU
+    log = _log_text(str(tmp_path))
+    assert log.count('AMP on the CPU: forward passes run under bfloat16 '
+                     'autocast, without loss scaling') == 1
 
 
 # ------------------------------------------------------ errors users meet
@@ -205,6 +209,38 @@ def test_misspelt_type_is_named(tmp_path):
         ])
     assert "type='LinearClsHed' (at model.head.type)" in str(info.value)
     assert "Did you mean 'LinearClsHead'" in str(info.value)
+
+
+def test_typo_inside_lect_blocks_is_named(tmp_path):
+    """The demo's attn_cfg is a list (one dict per stage): naming it like a
+    dict says which index to use; the indexed typo names its path."""
+    demo = osp.join(REPO, 'configs', 'demo', 'lect_digits.py')
+    argv = [demo, '--work-dir', str(tmp_path), '--cfg-options']
+    with pytest.raises(ConfigError, match=r'e\.g\. model\.backbone\.attn_cfg'
+                       r'\.0\.sr_ratoi$'):
+        train_tool.main(argv + ['model.backbone.attn_cfg.sr_ratoi=7'])
+    with pytest.raises(ConfigError) as info:
+        train_tool.main(argv + [
+            'model.backbone.attn_cfg.0.sr_ratoi=7',
+            'experiment_name=cli_deep_typo'
+        ])
+    assert str(info.value).startswith(
+        "model.backbone.attn_cfg[0].sr_ratoi: LeMSA has no argument "
+        "'sr_ratoi'. Did you mean 'sr_ratio'?")
+
+
+def test_too_few_classes_stop_before_the_first_iteration(tmp_path):
+    with pytest.raises(ConfigMismatchError) as info:
+        train_tool.main([
+            TINY, '--work-dir',
+            str(tmp_path), '--cfg-options', 'model.head.num_classes=5',
+            'experiment_name=cli_few_classes'
+        ])
+    assert str(info.value).startswith(
+        'model.head.num_classes=5 and data_preprocessor.num_classes=10, but '
+        'train_dataloader.dataset (Digits: 10 classes, labels up to 9) '
+        'needs 10: the first loss would fail')
+    assert 'Epoch(train)' not in _log_text(str(tmp_path))
 
 
 # --------------------------------------------------- 2-process DDP on CPU

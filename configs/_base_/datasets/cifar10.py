@@ -1,11 +1,13 @@
 # CIFAR-10 with the report's pipeline (Appendix, SPEC §8): RandomCrop(32,
 # padding 4) + horizontal flip + RandAugment, then resize to 224; batch 64.
-# mmpretrain's CIFAR10 reads data/cifar10/cifar-10-batches-py/ (the official
-# python pickles, checked against their MD5s). download=False: a missing or
-# altered copy raises instead of silently fetching the archive; add
-# `--cfg-options train_dataloader.dataset.download=True
-# val_dataloader.dataset.download=True` to let mmpretrain fetch and verify it.
-dataset_type = 'CIFAR10'
+# CheckedCIFAR10 (lect_mm.datasets) reads data/cifar10/cifar-10-batches-py/,
+# the official python pickles, as mmpretrain's CIFAR10 does, but first checks
+# each file of the split (present, official byte size and MD5, 10,000 images)
+# and names a missing, empty, truncated or altered one with its expected size.
+# download=False: nothing is fetched; add `--cfg-options
+# train_dataloader.dataset.download=True val_dataloader.dataset.download=True`
+# to download and verify the archive.
+dataset_type = 'CheckedCIFAR10'
 data_root = 'data/cifar10'
 
 data_preprocessor = dict(

@@ -1,13 +1,11 @@
 # CIFAR-100 with the report's pipeline (Appendix, SPEC §8): ./cifar10.py with
 # the CIFAR-100 data, statistics and RandAugment fill.
-# mmpretrain's CIFAR100 reads data/cifar100/cifar-100-python/ (the official
-# python pickles, checked against their MD5s). download=False: a missing or
-# altered copy raises instead of silently fetching the archive; add
-# `--cfg-options train_dataloader.dataset.download=True
-# val_dataloader.dataset.download=True` to let mmpretrain fetch and verify it.
+# CheckedCIFAR100 reads data/cifar100/cifar-100-python/ (the official python
+# pickles: train 50,000 and test 10,000 images), each file checked as in
+# ./cifar10.py; download=False as there.
 _base_ = ['./cifar10.py']
 
-dataset_type = 'CIFAR100'
+dataset_type = 'CheckedCIFAR100'
 data_root = 'data/cifar100'
 
 data_preprocessor = dict(

@@ -59,6 +59,7 @@ from pathlib import Path
 
 import mmpretrain
 from mmengine.config import Config
+from modelindex.load_model_index import load
 
 import lect_mm
 from lect_mm.model_index import mim_root
@@ -69,12 +70,9 @@ assert mim_root() == package / '.mim', mim_root()
 print('lect_mm', lect_mm.__version__, 'from', package)
 
 print("mmpretrain.list_models('lect*') =", mmpretrain.list_models('lect*'))
-names = [
-    n for n in mmpretrain.list_models()
-    if mmpretrain.apis.ModelHub._models_dict[n].config.startswith(
-        str(mim_root()))
-]
-print(len(names), 'lect_mm names in all')
+names = [m.name for m in load(str(mim_root() / 'model-index.yml')).models]
+assert set(names) <= set(mmpretrain.list_models())
+print(len(names), 'lect_mm names in all, each listed by list_models()')
 
 model = mmpretrain.get_model('lect-v3_stl10')
 print("get_model('lect-v3_stl10'):", type(model).__name__,

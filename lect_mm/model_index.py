@@ -1,0 +1,74 @@
+"""lect_mm's model names for mmpretrain's model hub.
+
+The root ``model-index.yml`` imports each config family's ``metafile.yml``
+(mmpretrain's format). :func:`register_model_index` hands it to mmpretrain's
+:class:`~mmpretrain.apis.ModelHub`, after which ``mmpretrain.list_models``,
+``get_model``, ``inference_model`` and the inferencers know every config by
+its metafile name (``get_model('lect-v3_stl10')``). ``import lect_mm`` calls
+it; it reads the YAML files only and builds no model.
+
+The index, the configs and the tools live in one folder, :func:`mim_root`:
+``lect_mm/.mim/`` in an installed wheel (copied there by ``setup.py``, the
+way mmpretrain ships ``mmpretrain/.mim/``), or the repository root for a
+source checkout or an editable install.
+"""
+from pathlib import Path
+from typing import Set, Union
+
+from mmpretrain.apis import ModelHub
+
+MODEL_INDEX = 'model-index.yml'
+
+_registered: Set[Path] = set()
+
+
+def _is_root(folder: Path) -> bool:
+    # `configs/lect` as well as the index: a bare `configs/` folder next to
+    # an installed package (site-packages) is not ours.
+    return ((folder / MODEL_INDEX).is_file()
+            and (folder / 'configs' / 'lect').is_dir())
+
+
+def mim_root(package_dir: Union[str, Path, None] = None) -> Path:
+    """The folder holding ``model-index.yml``, ``configs/`` and ``tools/``.
+
+    Args:
+        package_dir (str | Path, optional): The ``lect_mm`` package folder.
+            Defaults to the one this module is imported from.
+
+    Returns:
+        Path: ``<package_dir>/.mim`` when it holds the index (an installed
+        wheel), else the parent of ``package_dir`` (a source checkout or an
+        editable install).
+
+    Raises:
+        FileNotFoundError: Neither folder holds the index and the configs.
+    """
+    package_dir = Path(package_dir or Path(__file__).parent).resolve()
+    candidates = (package_dir / '.mim', package_dir.parent)
+    for folder in candidates:
+        if _is_root(folder):
+            return folder
+    raise FileNotFoundError(
+        f'lect_mm finds no {MODEL_INDEX} with its configs/ in '
+        f'{" or ".join(str(c) for c in candidates)}: install the package '
+        'with `pip install .` (which copies them into lect_mm/.mim) or use '
+        'it from a checkout of the repository')
+
+
+def register_model_index(root: Union[str, Path, None] = None) -> None:
+    """Register lect_mm's model names with mmpretrain's ``ModelHub``.
+
+    Each name maps to a config under ``root``. A second call with the same
+    root does nothing (mmpretrain itself would reject the names as
+    duplicates).
+
+    Args:
+        root (str | Path, optional): A folder as returned by
+            :func:`mim_root`. Defaults to :func:`mim_root`.
+    """
+    root = Path(root).resolve() if root is not None else mim_root()
+    if root in _registered:
+        return
+    ModelHub.register_model_index(root / MODEL_INDEX, config_prefix=root)
+    _registered.add(root)

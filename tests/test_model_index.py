@@ -1,0 +1,157 @@
+"""Every config has a name in model-index.yml, and mmpretrain's model hub
+(list_models, get_model, inference_model) knows it after ``import lect_mm``.
+"""
+import warnings
+from pathlib import Path
+
+import mmpretrain
+import numpy as np
+import pytest
+import torch
+from mmpretrain.apis import ModelHub
+from modelindex.load_model_index import load
+
+import lect_mm
+from lect_mm.model_index import mim_root, register_model_index
+
+REPO = Path(__file__).resolve().parents[1]
+FAMILIES = ('lect', 'baselines', 'ceit', 'vitae', 'cct', 'levit',
+            'fashion_mnist', 'demo')
+
+
+def _index():
+    """name -> (config path relative to the repo, model metainfo)."""
+    index = load(str(REPO / 'model-index.yml'))
+    index.build_models_with_collections()
+    return {m.name: (m.config, m) for m in index.models}
+
+
+INDEX = _index()
+# One name per family and input protocol: what get_model builds in full.
+BUILT = ('lect-v1_cifar10', 'lect-v2_cifar100', 'lect-v3_stl10',
+         'lect-v1-ablation_stl10', 'lect-v1_digits', 'lect-v1-msa_digits',
+         'lect-v3_fashion-mnist-cpu', 'resnet-report_cifar10',
+         'convnext-report_fashion-mnist-cpu', 'vit-report_stl10',
+         'alternet-18_cifar10', 'ceit-gap_cifar100', 'ceit-ref_stl10',
+         'ceit-t_cifar10', 'vitae-xs_cifar10', 'vitae-t_stl10',
+         'cct-2-3x2_cifar100', 'cct-7-3x1_fashion-mnist', 'levit-64s_cifar10',
+         'levit-128s_stl10')
+
+
+def test_every_leaf_config_has_exactly_one_name():
+    leaves = {
+        p.relative_to(REPO).as_posix()
+        for family in FAMILIES
+        for p in (REPO / 'configs' / family).glob('*.py')
+    }
+    configs = [config for config, _ in INDEX.values()]
+    assert sorted(configs) == sorted(leaves)
+    assert len(configs) == len(set(configs))
+    assert 'configs/fashion_mnist/lect_v3_fashion_mnist_cpu.py' in configs
+
+
+def test_names_follow_mmpretrain_style_and_ship_no_weights():
+    for name, (_, meta) in INDEX.items():
+        # mmpretrain compares names case-sensitively before lowering them
+        assert name == name.lower(), name
+        model, dataset = name.split('_')
+        assert model and dataset, name
+        assert meta.weights is None, name
+        tasks = {r.task for r in meta.results}
+        assert tasks == {'Image Classification'}, name
+    assert INDEX['lect-v3_stl10'][0] == 'configs/lect/lect_v3_stl10.py'
+    assert INDEX['lect-v1_fashion-mnist'][0] == (
+        'configs/fashion_mnist/lect_v1_fashion_mnist.py')
+    assert INDEX['lect-v1_fashion-mnist-cpu'][0] == (
+        'configs/fashion_mnist/lect_v1_fashion_mnist_cpu.py')
+
+
+def test_report_figures_stay_on_report_rows():
+    assert INDEX['lect-v3_stl10'][1].results[0].metrics == {
+        'Top 1 Accuracy': 83.47
+    }
+    assert INDEX['cct-7-3x1_cifar10'][1].results[0].metrics == {}
+    assert all(INDEX[n][1].results[0].metrics == {} for n in INDEX
+               if 'fashion-mnist' in n)
+
+
+def test_list_models_knows_every_name_next_to_mmpretrains_own():
+    listed = set(mmpretrain.list_models())
+    assert set(INDEX) <= listed
+    assert 'resnet50_8xb32_in1k' in listed  # mmpretrain's index still loads
+    lect = mmpretrain.list_models('lect*')
+    assert lect == sorted(n for n in INDEX if n.startswith('lect'))
+    assert len(lect) == 12 + 2 + 6
+    classifiers = mmpretrain.list_models(
+        'lect*', task='Image Classification')
+    assert classifiers == lect
+
+
+def test_every_name_resolves_to_its_config_file():
+    root = mim_root()
+    assert root == REPO  # a checkout: configs are read in place
+    for name, (config, _) in INDEX.items():
+        assert ModelHub._models_dict[name].config == str(root / config)
+        assert (root / config).is_file(), config
+
+
+def test_registering_twice_is_harmless():
+    before = mmpretrain.list_models()
+    register_model_index()
+    register_model_index(REPO)
+    register_model_index(str(REPO / 'configs' / '..'))
+    assert mmpretrain.list_models() == before
+
+
+def test_import_registers_without_building_models(monkeypatch):
+    from mmpretrain.registry import MODELS
+    calls = []
+    monkeypatch.setattr(MODELS, 'build', lambda *a, **k: calls.append(a))
+    register_model_index()
+    assert calls == []
+    assert lect_mm.model_index.mim_root() == REPO
+
+
+@pytest.mark.parametrize('name', BUILT)
+def test_get_model_builds_by_name(name):
+    model = mmpretrain.get_model(name)
+    config = INDEX[name][0]
+    assert Path(model._config.filename) == REPO / config
+    assert model._metainfo.name == name
+    assert not model.training
+    assert model.head.num_classes == (100 if 'cifar100' in name else 10)
+
+
+def test_get_model_forward_at_the_config_size():
+    model = mmpretrain.get_model('lect-v1_digits', head=dict(num_classes=7))
+    with torch.no_grad():
+        out = model(torch.randn(2, 3, 32, 32))
+    assert out.shape == (2, 7)
+
+
+def test_inference_by_name_warns_that_weights_are_random():
+    image = np.random.default_rng(0).integers(
+        0, 256, (32, 32, 3), dtype=np.uint8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        result = mmpretrain.inference_model('lect-v1_digits', image)
+    assert any('Unable to find pre-defined checkpoint' in str(w.message)
+               for w in caught)
+    assert 0 <= result['pred_label'] < 10
+    assert result['pred_scores'].shape == (10, )
+
+
+def test_mim_root_prefers_the_installed_copy(tmp_path):
+    package = tmp_path / 'site-packages' / 'lect_mm'
+    (package / '.mim' / 'configs' / 'lect').mkdir(parents=True)
+    (package / '.mim' / 'model-index.yml').write_text('Import: []\n')
+    assert mim_root(package) == package / '.mim'
+
+
+def test_mim_root_names_both_places_when_nothing_is_found(tmp_path):
+    package = tmp_path / 'lect_mm'
+    package.mkdir()
+    # a stray `configs/` next to the package is not lect_mm's
+    (tmp_path / 'configs').mkdir()
+    with pytest.raises(FileNotFoundError, match=r'\.mim.*pip install'):
+        mim_root(package)

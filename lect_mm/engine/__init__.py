@@ -2,6 +2,7 @@ from .checkpoint import (MMENGINE_CHECKPOINT_GLOBALS,
                          allow_mmengine_checkpoints)
 from .dist import (LAUNCHERS, distributed_context, setup_cpu_distributed,
                    teardown_distributed)
+from .divergence import DivergenceError, NonFiniteLossHook
 from .errors import ConfigError, explain_config_error, explain_config_errors
 from .hooks import (CompileModelHook, RNGStateHook, compile_submodules,
                     get_rng_state, set_rng_state)
@@ -12,6 +13,7 @@ allow_mmengine_checkpoints()
 __all__ = [
     'MMENGINE_CHECKPOINT_GLOBALS', 'allow_mmengine_checkpoints', 'LAUNCHERS',
     'distributed_context', 'setup_cpu_distributed', 'teardown_distributed',
+    'DivergenceError', 'NonFiniteLossHook',
     'ConfigError', 'explain_config_error', 'explain_config_errors',
     'CompileModelHook', 'RNGStateHook', 'compile_submodules',
     'get_rng_state', 'set_rng_state',

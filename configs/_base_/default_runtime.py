@@ -1,6 +1,6 @@
 # Runtime settings shared by every config (mmpretrain's default_runtime, plus
-# lect_mm's registration, best-checkpoint saving, exact resumption and the
-# divergence stop).
+# lect_mm's registration, best-checkpoint saving, exact resumption, divergence
+# stop and synchronised BatchNorm statistics in DDP).
 
 # Importing lect_mm registers its blocks, backbones, datasets and engine
 # parts into mmpretrain's registries, so mmpretrain's own tools run these
@@ -31,6 +31,10 @@ default_hooks = dict(
     # weights at an epoch's end or a checkpoint) with an error naming the
     # iteration and learning rate, before it saves or validates that model.
     non_finite_loss=dict(type='NonFiniteLossHook', patience=3),
+    # DDP: average the BatchNorm statistics over the ranks after every
+    # training epoch, before its checkpoint and validation, so that all
+    # ranks validate, and rank 0 saves, the same model (no-op on 1 process).
+    sync_buffers=dict(type='SyncBuffersHook'),
     # validation results visualization, set True to enable it.
     visualization=dict(type='VisualizationHook', enable=False),
 )

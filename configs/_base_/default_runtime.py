@@ -1,5 +1,6 @@
 # Runtime settings shared by every config (mmpretrain's default_runtime, plus
-# lect_mm's registration, best-checkpoint saving and exact resumption).
+# lect_mm's registration, best-checkpoint saving, exact resumption, divergence
+# stop and synchronised BatchNorm statistics in DDP).
 
 # Importing lect_mm registers its blocks, backbones, datasets and engine
 # parts into mmpretrain's registries, so mmpretrain's own tools run these
@@ -26,6 +27,14 @@ default_hooks = dict(
     # save/restore the random generators, so that a resumed run ends with
     # the same weights as an uninterrupted one.
     rng_state=dict(type='RNGStateHook'),
+    # stop a diverging run (3 non-finite losses in a row, or non-finite
+    # weights at an epoch's end or a checkpoint) with an error naming the
+    # iteration and learning rate, before it saves or validates that model.
+    non_finite_loss=dict(type='NonFiniteLossHook', patience=3),
+    # DDP: average the BatchNorm statistics over the ranks after every
+    # training epoch, before its checkpoint and validation, so that all
+    # ranks validate, and rank 0 saves, the same model (no-op on 1 process).
+    sync_buffers=dict(type='SyncBuffersHook'),
     # validation results visualization, set True to enable it.
     visualization=dict(type='VisualizationHook', enable=False),
 )

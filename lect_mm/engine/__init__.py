@@ -2,6 +2,7 @@ from .checkpoint import (MMENGINE_CHECKPOINT_GLOBALS,
                          allow_mmengine_checkpoints)
 from .dist import (LAUNCHERS, distributed_context, setup_cpu_distributed,
                    teardown_distributed)
+from .divergence import DivergenceError, NonFiniteLossHook
 from .errors import (ConfigCheckHook, ConfigError, ConfigMismatchError,
                      explain_config_error, explain_config_errors,
                      merge_cfg_options)
@@ -14,6 +15,7 @@ allow_mmengine_checkpoints()
 __all__ = [
     'MMENGINE_CHECKPOINT_GLOBALS', 'allow_mmengine_checkpoints', 'LAUNCHERS',
     'distributed_context', 'setup_cpu_distributed', 'teardown_distributed',
+    'DivergenceError', 'NonFiniteLossHook',
     'ConfigCheckHook', 'ConfigError', 'ConfigMismatchError',
     'explain_config_error', 'explain_config_errors', 'merge_cfg_options',
     'CompileModelHook', 'RNGStateHook', 'compile_submodules',

@@ -58,7 +58,10 @@ def setup_cpu_distributed(cfg: Config) -> bool:
     skips its ``init_dist`` and ``torch.cuda.set_device``), sets
     ``env_cfg.dist_cfg.backend='gloo'`` and makes ``model_wrapper_cfg`` a
     DDP wrapper with ``device_ids=None`` and ``broadcast_buffers=False``
-    (``find_unused_parameters`` taken from the config).
+    (``find_unused_parameters`` taken from the config). The ranks' buffers
+    (BatchNorm statistics) are instead averaged after every training epoch,
+    before its checkpoint and validation, by ``SyncBuffersHook``
+    (``default_hooks.sync_buffers`` of default_runtime).
 
     Args:
         cfg (Config): The full config; modified in place.

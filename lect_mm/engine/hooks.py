@@ -53,11 +53,17 @@ class RNGStateHook(Hook):
     iterator draws its base seed), invisible to training: enabling or
     spacing validation no longer changes the trained weights either.
 
+    The state is restored a second time before the first iteration of the
+    epoch, after the loader's iterator has been created (see
+    ``before_train_iter``), so that the model's draws do not depend on the
+    loader settings either.
+
     Note:
-        The guarantee holds for epoch-boundary checkpoints and for
-        dataloaders whose workers are re-created every epoch
-        (``num_workers=0`` or ``persistent_workers=False``); the random
-        state inside persistent worker processes cannot be saved.
+        The guarantee holds for epoch-boundary checkpoints. The random state
+        inside persistent worker processes cannot be saved: with
+        ``persistent_workers=True`` the training sampler must be
+        :class:`~lect_mm.datasets.SeededSampler` (the shipped configs' one),
+        which seeds every sample's augmentation from (seed, epoch, index).
     """
 
     priority = 'VERY_HIGH'
@@ -65,6 +71,7 @@ class RNGStateHook(Hook):
     def __init__(self) -> None:
         self._state: Optional[dict] = None
         self._state_epoch: Optional[int] = None
+        self._restore_at_first_iter = False
 
     def after_train_epoch(self, runner) -> None:
         self._state = get_rng_state()
@@ -86,8 +93,20 @@ class RNGStateHook(Hook):
         # Only the state saved at the end of the epoch that precedes this
         # one applies: a checkpoint of another epoch (``load_from`` for
         # fine-tuning) must not set the generators.
+        self._restore_at_first_iter = False
         if self._state is not None and self._state_epoch == runner.epoch:
             set_rng_state(self._state)
+            self._restore_at_first_iter = True
+
+    def before_train_iter(self, runner, batch_idx: int,
+                          data_batch=None) -> None:
+        # Again once the epoch's loader iterator exists: creating one draws
+        # the workers' base seed from torch's generator, which a persistent
+        # loader does in its first epoch only -- the first epoch after a
+        # resume, but not the same epoch of an uninterrupted run.
+        if self._restore_at_first_iter:
+            set_rng_state(self._state)
+            self._restore_at_first_iter = False
 
 
 def compile_submodules(model: torch.nn.Module,

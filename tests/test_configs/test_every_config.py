@@ -61,6 +61,10 @@ def test_config_trains_one_iteration_and_validates(path):
     cfg = Config.fromfile(str(path))
     assert cfg.default_scope == 'mmpretrain'
     assert 'lect_mm' in cfg.custom_imports['imports']
+    # Resume-exact augmentation, divergence stop, one model in DDP.
+    assert cfg.train_dataloader.sampler.type == 'SeededSampler'
+    for hook in ('rng_state', 'non_finite_loss', 'sync_buffers'):
+        assert cfg.default_hooks[hook] is not None
     model_cfg = cfg.model.copy()
     if 'data_preprocessor' not in model_cfg and 'data_preprocessor' in cfg:
         model_cfg['data_preprocessor'] = dict(

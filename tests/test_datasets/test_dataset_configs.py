@@ -52,7 +52,7 @@ def test_report_settings(name):
 
     train = cfg.train_dataloader
     assert train.batch_size == 64 and train.persistent_workers
-    assert train.sampler == dict(type='DefaultSampler', shuffle=True)
+    assert train.sampler == dict(type='SeededSampler', shuffle=True)
     assert train.dataset.download is False
     if name.startswith('cifar'):
         # the checked datasets, which name a damaged file

@@ -1,6 +1,16 @@
-"""A run interrupted after epoch k and resumed ends with exactly the weights
-of an uninterrupted run (CPU, fixed seed, deterministic, num_workers=0)."""
+"""A run interrupted after epoch k, or killed with SIGKILL anywhere, and
+resumed ends with exactly the weights (and logs exactly the losses) of an
+uninterrupted run (CPU, fixed seed, deterministic), whatever the loader's
+workers."""
+import importlib.util
+import json
+import os
+import os.path as osp
 import random
+import signal
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -8,9 +18,11 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
-from tiny_run_utils import tiny_cfg, tiny_runner
+from tiny_run_utils import TINY_CONFIG, tiny_cfg, tiny_runner
 
 from lect_mm.engine import RNGStateHook, get_rng_state, set_rng_state
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
 class Interrupted(Exception):
@@ -38,13 +50,36 @@ def _final_state(runner):
     }
 
 
+def _logged_losses(work_dir):
+    """{step: loss} of every training iteration logged under ``work_dir``
+    (all runs in it; a step logged twice must log the same loss)."""
+    losses = {}
+    for root, _, files in os.walk(work_dir):
+        if 'scalars.json' not in files:
+            continue
+        with open(osp.join(root, 'scalars.json')) as f:
+            for line in f:
+                record = json.loads(line)
+                if 'loss' in record:
+                    step = record['step']
+                    assert losses.setdefault(step, record['loss']) == \
+                        record['loss'], f'step {step} logged twice, unequal'
+    return losses
+
+
 @pytest.fixture(scope='module')
-def uninterrupted(tmp_path_factory):
-    runner = tiny_runner(
-        tmp_path_factory.mktemp('full'), 'resume_full',
-        train_cfg=dict(max_epochs=3))
+def uninterrupted_run(tmp_path_factory):
+    # num_workers=0: the killed run below uses 2 persistent workers and
+    # must end the same (SeededSampler makes the loader settings irrelevant).
+    work_dir = tmp_path_factory.mktemp('full')
+    runner = tiny_runner(work_dir, 'resume_full', train_cfg=dict(max_epochs=3))
     runner.train()
-    return _final_state(runner)
+    return _final_state(runner), _logged_losses(work_dir)
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(uninterrupted_run):
+    return uninterrupted_run[0]
 
 
 def _interrupted_then_resumed(work_dir, name, rng_state_hook=True):
@@ -111,3 +146,73 @@ def test_rng_state_of_another_epoch_is_not_applied():
     after = np.random.get_state()[2]
     hook.before_train_epoch(FakeRunner())
     assert np.random.get_state()[2] == after
+
+
+SIGKILL_HOOK = textwrap.dedent('''
+    import os, signal
+    from mmengine.hooks import Hook
+    from mmpretrain.registry import HOOKS
+
+    @HOOKS.register_module()
+    class SigkillHook(Hook):
+        """kill -9 this training process before iteration ``iteration``."""
+        def __init__(self, iteration):
+            self.iteration = iteration
+        def before_train_iter(self, runner, batch_idx, data_batch=None):
+            if runner.iter == self.iteration:
+                os.kill(os.getpid(), signal.SIGKILL)
+    ''')
+
+
+def _load_train_tool():
+    spec = importlib.util.spec_from_file_location(
+        'lect_tools_train_resume', osp.join(REPO, 'tools', 'train.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.skipif(sys.platform == 'win32', reason='needs SIGKILL')
+def test_sigkilled_run_with_persistent_workers_resumes_exactly(
+        uninterrupted_run, tmp_path):
+    """tools/train.py with 2 persistent workers is killed with SIGKILL in
+    the middle of epoch 2 (after epoch_1.pth), then ``--resume``d: final
+    weights and every logged loss equal the uninterrupted run's (which used
+    no workers at all)."""
+    work_dir = tmp_path / 'work'
+    (tmp_path / 'sigkill_hook.py').write_text(SIGKILL_HOOK)
+    killed = tmp_path / 'killed.py'
+    killed.write_text(
+        f"_base_ = [{TINY_CONFIG!r}]\n"
+        "custom_imports = dict(imports=['lect_mm', 'sigkill_hook'])\n"
+        # 4 iterations an epoch: before the 3rd of epoch 2
+        "custom_hooks = [dict(type='SigkillHook', iteration=6)]\n")
+    loader = ['train_dataloader.num_workers=2',
+              'train_dataloader.persistent_workers=True',
+              'train_cfg.max_epochs=3']
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(tmp_path), REPO, os.environ.get('PYTHONPATH', '')]))
+    log = tmp_path / 'killed.log'
+    with open(log, 'w') as out:
+        # To a file, not a pipe: the orphaned workers would hold a pipe open.
+        proc = subprocess.run(
+            [sys.executable, osp.join(REPO, 'tools', 'train.py'),
+             str(killed), '--work-dir', str(work_dir), '--cfg-options',
+             *loader], env=env, stdout=out, stderr=subprocess.STDOUT,
+            timeout=900)
+    assert proc.returncode == -signal.SIGKILL, log.read_text()[-3000:]
+    assert (work_dir / 'epoch_1.pth').is_file()
+    assert not (work_dir / 'epoch_2.pth').exists()
+
+    resumed = _load_train_tool().main([
+        TINY_CONFIG, '--work-dir', str(work_dir), '--resume',
+        '--cfg-options', *loader, 'experiment_name=resume_sigkill'])
+    assert resumed.iter == 12
+    assert resumed.train_dataloader.persistent_workers
+    state = _final_state(resumed)
+    reference, reference_losses = uninterrupted_run
+    assert [k for k in reference if not torch.equal(reference[k],
+                                                    state[k])] == []
+    losses = _logged_losses(work_dir)
+    assert sorted(losses) == list(range(1, 13))  # 1-6 killed, 5-12 resumed
+    assert losses == reference_losses

@@ -48,7 +48,9 @@ train_dataloader = dict(
         split='train',
         download=False,
         pipeline=train_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=True),
+    # augmentation seeded per (seed, epoch, sample): resume-exact whatever
+    # the workers (lect_mm.datasets.SeededSampler).
+    sampler=dict(type='SeededSampler', shuffle=True),
 )
 
 val_dataloader = dict(

@@ -28,7 +28,9 @@ train_dataloader = dict(
     dataset=dict(
         type=dataset_type, split='train', image_size=32,
         pipeline=train_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=True),
+    # augmentation seeded per (seed, epoch, sample): resume-exact whatever
+    # the workers (lect_mm.datasets.SeededSampler).
+    sampler=dict(type='SeededSampler', shuffle=True),
 )
 
 val_dataloader = dict(

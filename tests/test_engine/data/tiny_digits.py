@@ -1,6 +1,7 @@
 # A tiny classifier on 16x16 Digits for the engine and tool tests: the real
 # runtime and schedule configs, a 2-block ResNet stage with drop path (torch
-# RNG) and random flips (numpy RNG), so that resumption is put to the test.
+# RNG) and random flips (numpy RNG), so that resumption is put to the test;
+# the training sampler is the shipped configs' SeededSampler.
 _base_ = [
     '../../../configs/_base_/schedules/report_60e.py',
     '../../../configs/_base_/default_runtime.py',
@@ -39,7 +40,7 @@ train_dataloader = dict(
             dict(type='RandomFlip', prob=0.5, direction='horizontal'),
             dict(type='PackInputs')
         ]),
-    sampler=dict(type='DefaultSampler', shuffle=True))
+    sampler=dict(type='SeededSampler', shuffle=True))
 val_dataloader = dict(
     batch_size=32,
     num_workers=0,

@@ -151,3 +151,14 @@ def test_fpn_backbone_reads_channels_and_loads_a_classifier_checkpoint(
         FPNBackbone(nn.Conv2d(3, 4, 1))
     with pytest.raises(TypeError, match='nn.Module or a config dict'):
         FPNBackbone('LeCT')
+
+
+def test_downstream_configs_resolve_mmpretrain_lect():
+    # mmdet/mmseg registries are children of mmengine's root registry; their
+    # configs (docs/dense_prediction.md) name the backbone 'mmpretrain.LeCT'
+    # and give the FPN / UPerHead these channels.
+    from mmengine.registry import MODELS as ROOT
+    backbone = ROOT.build(
+        dict(type='mmpretrain.LeCT', arch='v1', out_indices=(0, 1, 2)))
+    assert isinstance(backbone, LeCT)
+    assert stage_channels(backbone) == [64, 128, 192]

@@ -52,7 +52,9 @@ def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
 
     ``'fused'`` otherwise, and on other devices, where SDPA's kernels were
     the faster path on an H100. An explicit ``'fused'`` or ``'literal'`` is
-    returned unchanged.
+    returned unchanged. Under ``torch.jit.trace`` the grad mode is ignored
+    (inference's choice), so a trace and its ``check_trace`` re-run, which
+    runs under ``no_grad``, record the same graph.
 
     Why, measured on the 2-core CPU (``benchmarks/lemsa.py --scopes core``
     at batch 64 and LeCT v1's stages: 16, 16 and 49 pooled cells, 32
@@ -79,8 +81,8 @@ def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
     cells = k_map.shape[-2] * k_map.shape[-1]
     if q.dtype in (torch.bfloat16, torch.float16):
         return 'literal' if cells <= MATMUL_RESIZE_MAX_CELLS else 'fused'
-    training = torch.is_grad_enabled() and (q.requires_grad
-                                            or k_map.requires_grad)
+    training = (not torch.jit.is_tracing() and torch.is_grad_enabled()
+                and (q.requires_grad or k_map.requires_grad))
     if training and 2 * cells < q.shape[-1]:
         return 'literal'
     return 'fused'

@@ -1,5 +1,6 @@
 import importlib.util
 import os.path as osp
+import re
 
 import pytest
 
@@ -107,3 +108,29 @@ def test_markdown_format_and_args():
         mt.parse_args(['c.py', '--no-flops', '--plot', 'x.png'])
     with pytest.raises(ValueError, match='repeats'):
         mt.measure_throughput(None, (3, 8, 8), repeats=0)
+
+
+def test_failing_config_gets_a_row_and_the_rest_is_measured(
+        config, tmp_path, capsys):
+    broken = tmp_path / 'broken.py'
+    broken.write_text(TINY_LECT.replace("type='LeCT'", "type='LeCTT'"))
+    missing = str(tmp_path / 'missing.py')
+    plot = tmp_path / 'models.png'
+    with pytest.raises(SystemExit) as exc:
+        mt.main([str(broken), config, missing, '--shape', '32', '--plot',
+                 str(plot), '--fig-size', '2', '2', '--dpi', '20'])
+    assert exc.value.code == (f'2 of 3 configs failed: {broken}, {missing}')
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith('|')]
+    assert lines[0] == ('| Model | Params (M) | FLOPs (G) @32×32 | Config | '
+                        'Error |')
+    cells = [[c.strip() for c in line.strip('|').split('|')]
+             for line in lines[2:]]
+    assert [c[0] for c in cells] == ['broken', 'tiny_lect', 'missing']
+    assert cells[0][1:4] == ['—', '—', str(broken)]
+    assert cells[0][4].startswith('KeyError') and 'LeCTT' in cells[0][4]
+    assert float(cells[1][1]) > 0
+    assert re.fullmatch(r'\d+\.\d{3}', cells[1][2])  # measured FLOPs
+    assert cells[1][4] == ''
+    assert cells[2][4].startswith('FileNotFoundError')
+    assert plot.exists()  # drawn from the configs that worked

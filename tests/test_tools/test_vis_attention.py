@@ -65,7 +65,7 @@ def test_lemsa_maps_and_png(files, capsys):
     assert 'initialised (untrained) weights' in capsys.readouterr().out
     # 2 stages x 2 queries; 1 image column + at most 2 heads.
     assert len(res['rows']) == 4
-    assert res['size'] == (3 * 64, 4 * 64 + 24)
+    assert res['size'] == (3 * 64 + 56, 4 * 64 + 24)  # + colour bars
     assert _png_size(out) == res['size']
 
     records = res['records']
@@ -127,7 +127,7 @@ def test_plain_msa_via_cfg_options(files):
     assert [r['query_grid'] for r in res['records']] == [(8, 8), (4, 4),
                                                          (4, 4)]
     assert [r['cell'] for r in res['rows']] == [(0, 0), (3, 3)]
-    assert _png_size(out) == (3 * 50, 2 * 50 + 24)
+    assert _png_size(out) == (3 * 50 + 56, 2 * 50 + 24)
 
 
 class _ToyCeiT(nn.Module):
@@ -217,7 +217,7 @@ def test_ceit_backbone(files):
     assert all(r['num_extra'] == 1 and r['hw'] == (4, 4)
                for r in res['records'])
     assert [r['cell'] for r in res['rows']] == [(2, 2), (2, 2)]
-    assert _png_size(out) == (3 * 40, 2 * 40 + 24)
+    assert _png_size(out) == (3 * 40 + 56, 2 * 40 + 24)
 
 
 def test_queries_and_cells():
@@ -254,3 +254,59 @@ def test_stage_and_block_errors():
         va.select_rows(recs, [0], [2], [('rel', (0.5, 0.5))])
     with pytest.raises(ValueError, match='no attention module'):
         va.record_attention(nn.Linear(2, 2), torch.ones(1, 2))
+
+
+def test_checkpoint_is_loaded_strictly(files, tmp_path):
+    from mmengine.config import Config
+    cfg = Config.fromfile(str(files / 'tiny_lect.py'))
+    torch.manual_seed(0)
+    state = va.load_model(cfg).state_dict()
+    good = tmp_path / 'good.pth'
+    torch.save(dict(state_dict=state,
+                    meta=dict(dataset_meta=dict(classes=list('abcdefghij')))),
+               str(good))
+    model = va.load_model(cfg, str(good))
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(value, state[key])
+    assert model._dataset_meta['classes'][0] == 'a'
+
+    wrong = dict(state)
+    wrong['backbone.extra.weight'] = torch.zeros(1)
+    del wrong['head.fc.bias']
+    wrong['head.fc.weight'] = torch.zeros(5, 16)
+    path = tmp_path / 'wrong.pth'
+    torch.save(dict(state_dict=wrong), str(path))
+    with pytest.raises(RuntimeError) as err:
+        va.load_model(cfg, str(path))
+    message = str(err.value)
+    assert f'checkpoint {path} does not fit' in message
+    assert 'tiny_lect.py' in message
+    assert 'unexpected key in source state_dict: backbone.extra.weight' \
+        in message
+    assert 'missing keys in source state_dict: head.fc.bias' in message
+    assert 'size mismatch for head.fc.weight' in message
+
+
+def test_heads_of_a_row_share_one_scale_with_a_colour_bar(
+        files, monkeypatch):
+    from matplotlib.figure import Figure
+    figures = []
+    monkeypatch.setattr(Figure, 'savefig',
+                        lambda fig, *args, **kwargs: figures.append(fig))
+    res = va.main([
+        str(files / 'img.png'), str(files / 'tiny_lect.py'), '--stage', '0',
+        '1', '--queries', '0.5,0.5', '--out', str(files / 'scale.png')
+    ])
+    # per row, in order: the input, one panel per head, the colour bar
+    axes = list(figures[0].axes)
+    assert len(axes) == sum(r['maps'].shape[0] + 2 for r in res['rows'])
+    for row in res['rows']:
+        maps = row['maps']
+        heads, bar = axes[1:maps.shape[0] + 1], axes[maps.shape[0] + 1]
+        axes = axes[maps.shape[0] + 2:]
+        clims = [ax.images[1].get_clim() for ax in heads]
+        assert clims == [(0, float(maps.max()))] * maps.shape[0]
+        assert bar._colorbar.mappable is heads[-1].images[1]
+        assert bar.get_ylim() == (0, float(maps.max()))
+    assert va.format_prob(0.000318) == '0.00032'
+    assert va.format_prob(0.25) == '0.25' and va.format_prob(0) == '0'

@@ -10,6 +10,9 @@ of ``--repeats`` timed ones.
 
 ``--plot PNG`` also draws FLOPs against parameters.
 
+A config that fails to build or measure gets a row with its error, the other
+configs are still measured, and the tool exits with status 1 at the end.
+
 Example::
 
     python tools/analysis_tools/model_table.py \\
@@ -88,25 +91,46 @@ def model_row(config: str,
     return row
 
 
+def failed_row(config: str, error: BaseException) -> dict:
+    """The row of a config that could not be measured, with its error."""
+    message = ' '.join(str(error).split())  # one line for the table
+    return dict(
+        name=osp.splitext(osp.basename(config))[0],
+        config=config,
+        params=None,
+        flops=None,
+        throughput=None,
+        error=f'{type(error).__name__}: {message}')
+
+
 def markdown_table(rows: Sequence[dict], input_shape: Sequence[int],
                    batch_size: Optional[int] = None,
                    device: str = 'cpu') -> str:
-    """Format measured rows as a markdown table."""
+    """Format measured rows as a markdown table.
+
+    An ``Error`` column is added when a row carries an ``error``.
+    """
     res = f'{input_shape[1]}×{input_shape[2]}'
     header = ['Model', 'Params (M)', f'FLOPs (G) @{res}']
     with_tp = any(r['throughput'] is not None for r in rows)
     if with_tp:
         header.append(f'Throughput (img/s, bs {batch_size}, {device})')
     header.append('Config')
+    with_errors = any(r.get('error') for r in rows)
+    if with_errors:
+        header.append('Error')
     lines = ['| ' + ' | '.join(header) + ' |',
              '|' + '---|' * len(header)]
     for r in rows:
-        cells = [r['name'], f'{r["params"] / 1e6:.4f}',
+        cells = [r['name'],
+                 '—' if r['params'] is None else f'{r["params"] / 1e6:.4f}',
                  '—' if r['flops'] is None else f'{r["flops"] / 1e9:.3f}']
         if with_tp:
             cells.append('—' if r['throughput'] is None else
                          f'{r["throughput"]:.1f}')
         cells.append(r['config'])
+        if with_errors:
+            cells.append((r.get('error') or '').replace('|', '\\|'))
         lines.append('| ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
@@ -191,21 +215,29 @@ def main(argv=None) -> str:
     args = parse_args(argv)
     input_shape = (3, *args.shape)
     flops_fn = None if args.no_flops else count_flops
-    rows = [
-        model_row(cfg, input_shape, flops_fn, args.cfg_options,
-                  args.throughput, batch_size=args.batch_size,
-                  device=args.device, warmup=args.warmup,
-                  repeats=args.repeats) for cfg in args.configs
-    ]
+    rows = []
+    for cfg in args.configs:
+        try:
+            rows.append(
+                model_row(cfg, input_shape, flops_fn, args.cfg_options,
+                          args.throughput, batch_size=args.batch_size,
+                          device=args.device, warmup=args.warmup,
+                          repeats=args.repeats))
+        except Exception as e:  # report it in the table, measure the rest
+            rows.append(failed_row(cfg, e))
+    failed = [r for r in rows if r.get('error')]
     table = markdown_table(rows, input_shape, args.batch_size, args.device)
     print(table)
-    if args.plot:
-        plot_rows(rows, args.plot, input_shape, tuple(args.fig_size),
-                  args.dpi)
+    if args.plot and len(failed) < len(rows):
+        plot_rows([r for r in rows if not r.get('error')], args.plot,
+                  input_shape, tuple(args.fig_size), args.dpi)
         print(f'\nsaved {args.plot}')
     if flops_fn is not None:
         print('\nFLOPs: one multiply-add = 1 FLOP, whole classifier, '
               'attention counted on the literal path (see get_flops.py).')
+    if failed:
+        raise SystemExit(f'{len(failed)} of {len(rows)} configs failed: ' +
+                         ', '.join(r['config'] for r in failed))
     return table
 
 

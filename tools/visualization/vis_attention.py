@@ -60,14 +60,29 @@ def load_model(cfg: Config,
                device: str = 'cpu') -> nn.Module:
     """Build the classifier of ``cfg``; load ``checkpoint`` or initialise.
 
-    Without a checkpoint the model's ``init_weights()`` runs, so the maps
-    show the initialised (untrained) network.
+    The checkpoint is loaded strictly: a missing, unexpected or differently
+    shaped weight is an error naming it (``get_model(pretrained=...)`` only
+    warns, and the maps would then show partly untrained weights). Without
+    a checkpoint the model's ``init_weights()`` runs, so the maps show the
+    initialised (untrained) network.
     """
     from mmengine.logging import MMLogger
+    from mmengine.runner import load_checkpoint
     from mmpretrain.apis import get_model
 
-    model = get_model(cfg, pretrained=checkpoint, device=device)
-    if checkpoint is None:
+    model = get_model(cfg, device=device)
+    if checkpoint is not None:
+        try:
+            ckpt = load_checkpoint(model, checkpoint, map_location='cpu',
+                                   strict=True)
+        except RuntimeError as e:
+            raise RuntimeError(
+                f'checkpoint {checkpoint} does not fit the model of config '
+                f'{cfg.filename}: {e}') from None
+        meta = ckpt.get('meta', {}) if isinstance(ckpt, dict) else {}
+        if 'dataset_meta' in meta:
+            model._dataset_meta = meta['dataset_meta']
+    else:
         # init_weights() logs one INFO entry per parameter; keep it quiet.
         logger = MMLogger.get_current_instance()
         level = logger.level
@@ -406,6 +421,11 @@ def select_rows(records: Sequence[dict], stages: Sequence[int],
     return rows
 
 
+def format_prob(value: float) -> str:
+    """Two significant digits: attention weights span 1e-5 to 1."""
+    return '0' if value == 0 else f'{value:.2g}'
+
+
 def draw(rows: Sequence[dict],
          image: np.ndarray,
          out: str,
@@ -415,24 +435,34 @@ def draw(rows: Sequence[dict],
          dpi: int = 100,
          alpha: float = 0.55,
          cmap: str = 'jet') -> Tuple[int, int]:
-    """Save the figure; returns its ``(width, height)`` in pixels."""
+    """Save the figure; returns its ``(width, height)`` in pixels.
+
+    The heads of one row (one query) share a colour scale from 0 to the
+    row's largest attention weight, shown by the colour bar at the row's
+    end, so heads can be compared; rows differ in their number of keys
+    ``N``, so each row has its own scale. A line on the bar marks uniform
+    attention, ``1 / N``.
+    """
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
+    from matplotlib.ticker import FuncFormatter
 
-    ncols = 1 + max(r['maps'].shape[0] for r in rows)
-    nrows = len(rows)
-    width, height = ncols * panel_px, nrows * panel_px + title_px
+    num_heads = max(r['maps'].shape[0] for r in rows)
+    ncols, nrows = 1 + num_heads, len(rows)
+    cbar_px = max(int(0.5 * panel_px), 56)  # bar, tick labels, label
+    width = ncols * panel_px + cbar_px
+    height = nrows * panel_px + title_px
     fig = Figure(figsize=(width / dpi, height / dpi), dpi=dpi)
     # room above the first row for the figure title and two-line row titles
-    fig.subplots_adjust(left=0.01, right=0.99, bottom=0.01,
-                        top=1 - (title_px + 0.2 * panel_px) / height,
-                        wspace=0.06, hspace=0.45)
-    axes = np.asarray(fig.subplots(nrows, ncols, squeeze=False))
+    grid = fig.add_gridspec(
+        nrows, ncols + 1, width_ratios=[1] * ncols + [0.12],
+        left=0.01, right=1 - 0.75 * cbar_px / width, bottom=0.01,
+        top=1 - (title_px + 0.2 * panel_px) / height, wspace=0.06,
+        hspace=0.45)
     img_h, img_w = image.shape[:2]
     extent = (0, img_w, img_h, 0)
     grey = image.mean(-1)
-    for ax in axes.flat:
-        ax.set_axis_off()
+    ticks = FuncFormatter(lambda v, _: format_prob(v))
     for r, row in enumerate(rows):
         rec = row['rec']
         h, w = rec['hw']
@@ -441,7 +471,8 @@ def draw(rows: Sequence[dict],
         box = (c0 * img_w / w, r0 * img_h / h, (c1 - c0) * img_w / w,
                (r1 - r0) * img_h / h)
         cy, cx = box[1] + box[3] / 2, box[0] + box[2] / 2
-        ax = axes[r, 0]
+        ax = fig.add_subplot(grid[r, 0])
+        ax.set_axis_off()
         ax.imshow(image, extent=extent, interpolation='nearest')
         ax.add_patch(Rectangle(box[:2], box[2], box[3], fill=False,
                                edgecolor='red', linewidth=1.5))
@@ -450,21 +481,31 @@ def draw(rows: Sequence[dict],
             f'stage {row["stage"]} block {row["block"]}\n'
             f'query ({row["cell"][0]},{row["cell"][1]}) of {gh}x{gw}',
             fontsize=7)
+        vmax = float(row['maps'].max())
         maps = F.interpolate(row['maps'][None], size=(img_h, img_w),
                              mode='bilinear', align_corners=False)[0]
         for head, amap in enumerate(maps):
-            ax = axes[r, head + 1]
+            ax = fig.add_subplot(grid[r, head + 1])
+            ax.set_axis_off()
             ax.imshow(grey, cmap='gray', extent=extent,
                       interpolation='nearest')
-            amap = amap.numpy()
-            lo, hi = amap.min(), amap.max()
-            ax.imshow((amap - lo) / (hi - lo + 1e-12), cmap=cmap,
-                      alpha=alpha, extent=extent, vmin=0, vmax=1)
+            shown = ax.imshow(amap.numpy(), cmap=cmap, alpha=alpha,
+                              extent=extent, vmin=0, vmax=vmax)
             ax.add_patch(Rectangle(box[:2], box[2], box[3], fill=False,
                                    edgecolor='white', linewidth=1))
             ax.plot([cx], [cy], marker='x', color='white', markersize=5)
             ax.set_title(
-                f'head {head}  max {row["maps"][head].max():.3f}', fontsize=7)
+                f'head {head}  max {format_prob(row["maps"][head].max())}',
+                fontsize=7)
+        bar = fig.colorbar(shown, cax=fig.add_subplot(grid[r, ncols]))
+        bar.solids.set_alpha(1)
+        bar.ax.yaxis.set_major_formatter(ticks)
+        bar.ax.tick_params(labelsize=6, length=2, pad=1)
+        # uniform attention over the N = H * W keys, for reference
+        bar.ax.axhline(1 / (h * w), color='white', linewidth=1.5)
+        bar.ax.axhline(1 / (h * w), color='black', linewidth=0.7)
+        bar.set_label(f'uniform 1/N = {format_prob(1 / (h * w))}',
+                      fontsize=6, labelpad=2)
     if title:
         fig.suptitle(title, fontsize=9, y=1 - 4 / height, va='top')
     os.makedirs(osp.dirname(osp.abspath(out)), exist_ok=True)

@@ -46,7 +46,9 @@ train_dataloader = dict(
         data_root=data_root,
         split='train',
         pipeline=train_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=True),
+    # augmentation seeded per (seed, epoch, sample): resume-exact whatever
+    # the workers (lect_mm.datasets.SeededSampler).
+    sampler=dict(type='SeededSampler', shuffle=True),
 )
 
 val_dataloader = dict(

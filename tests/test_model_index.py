@@ -11,7 +11,6 @@ import torch
 from mmpretrain.apis import ModelHub
 from modelindex.load_model_index import load
 
-import lect_mm
 from lect_mm.model_index import mim_root, register_model_index
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,15 +103,29 @@ def test_registering_twice_is_harmless():
     register_model_index(REPO)
     register_model_index(str(REPO / 'configs' / '..'))
     assert mmpretrain.list_models() == before
+    # without the guard, mmpretrain refuses the names as duplicates
+    with pytest.raises(ValueError, match='conflict'):
+        ModelHub.register_model_index(
+            REPO / 'model-index.yml', config_prefix=REPO)
 
 
-def test_import_registers_without_building_models(monkeypatch):
+def test_registering_reads_yaml_only(monkeypatch):
+    from mmengine.config import Config
     from mmpretrain.registry import MODELS
-    calls = []
-    monkeypatch.setattr(MODELS, 'build', lambda *a, **k: calls.append(a))
+
+    import lect_mm.model_index as model_index
+
+    def refuse(*args, **kwargs):
+        raise AssertionError('registering must not build or parse configs')
+
+    monkeypatch.setattr(MODELS, 'build', refuse)
+    monkeypatch.setattr(Config, 'fromfile', refuse)
+    monkeypatch.setattr(model_index, '_registered', set())
+    monkeypatch.setattr(ModelHub, '_models_dict', {})
     register_model_index()
-    assert calls == []
-    assert lect_mm.model_index.mim_root() == REPO
+    register_model_index()
+    assert sorted(ModelHub._models_dict) == sorted(INDEX)
+    assert isinstance(ModelHub._models_dict['lect-v3_stl10'].config, str)
 
 
 @pytest.mark.parametrize('name', BUILT)

@@ -14,9 +14,10 @@ default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
     # step the parameter schedulers.
     param_scheduler=dict(type='ParamSchedulerHook'),
-    # save a checkpoint every epoch, keep the last 3 and the best one.
+    # save a checkpoint every epoch, keep the last 3 and the best one;
+    # atomic writes with a digest, old ones removed after the new is safe.
     checkpoint=dict(
-        type='CheckpointHook',
+        type='SafeCheckpointHook',
         interval=1,
         max_keep_ckpts=3,
         save_best='accuracy/top1',

@@ -1,5 +1,9 @@
 from .checkpoint import (MMENGINE_CHECKPOINT_GLOBALS,
                          allow_mmengine_checkpoints)
+from .checkpoint_hook import SafeCheckpointHook
+from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
+                            atomic_write, load_checkpoint_file,
+                            verify_checkpoint_file)
 from .dist import (LAUNCHERS, distributed_context, setup_cpu_distributed,
                    teardown_distributed)
 from .errors import ConfigError, explain_config_error, explain_config_errors
@@ -15,5 +19,7 @@ __all__ = [
     'ConfigError', 'explain_config_error', 'explain_config_errors',
     'CompileModelHook', 'RNGStateHook', 'compile_submodules',
     'get_rng_state', 'set_rng_state',
-    'DeviceAmpOptimWrapper'
+    'DeviceAmpOptimWrapper',
+    'SafeCheckpointHook', 'CheckpointError', 'CheckpointNotFoundError',
+    'atomic_write', 'load_checkpoint_file', 'verify_checkpoint_file'
 ]

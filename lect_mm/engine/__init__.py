@@ -9,6 +9,7 @@ from .dist import (LAUNCHERS, distributed_context, setup_cpu_distributed,
 from .errors import ConfigError, explain_config_error, explain_config_errors
 from .hooks import (CompileModelHook, RNGStateHook, compile_submodules,
                     get_rng_state, set_rng_state)
+from .loading import CheckpointMismatchError, StrictPretrainedInit
 from .optim_wrapper import DeviceAmpOptimWrapper
 
 allow_mmengine_checkpoints()
@@ -21,5 +22,6 @@ __all__ = [
     'get_rng_state', 'set_rng_state',
     'DeviceAmpOptimWrapper',
     'SafeCheckpointHook', 'CheckpointError', 'CheckpointNotFoundError',
-    'atomic_write', 'load_checkpoint_file', 'verify_checkpoint_file'
+    'atomic_write', 'load_checkpoint_file', 'verify_checkpoint_file',
+    'CheckpointMismatchError', 'StrictPretrainedInit'
 ]

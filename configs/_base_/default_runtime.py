@@ -6,6 +6,9 @@
 # configs too.
 custom_imports = dict(imports=['lect_mm'], allow_failed_imports=False)
 default_scope = 'mmpretrain'
+# mmengine's Runner that loads checkpoints verified and strictly, resumes
+# only from intact ones and locks the work dir (lect_mm.engine.runner).
+runner_type = 'LectRunner'
 
 default_hooks = dict(
     # record the time of every iteration.
@@ -45,6 +48,10 @@ log_level = 'INFO'
 
 # load weights from this checkpoint
 load_from = None
+# a checkpoint that does not fit the model (missing, unexpected or
+# size-mismatched keys) stops the run; False loads what fits (e.g. to
+# fine-tune with a new head: --cfg-options load_from_strict=False)
+load_from_strict = True
 # resume training (weights, optimizer, schedulers, RNG) from load_from, or
 # from the latest checkpoint in the work dir if load_from is None
 resume = False

@@ -11,6 +11,8 @@ from .hooks import (CompileModelHook, RNGStateHook, compile_submodules,
                     get_rng_state, set_rng_state)
 from .loading import CheckpointMismatchError, StrictPretrainedInit
 from .optim_wrapper import DeviceAmpOptimWrapper
+from .runner import LectRunner, find_resume_checkpoint
+from .workdir import WorkDirInUseError, WorkDirLock
 
 allow_mmengine_checkpoints()
 
@@ -23,5 +25,6 @@ __all__ = [
     'DeviceAmpOptimWrapper',
     'SafeCheckpointHook', 'CheckpointError', 'CheckpointNotFoundError',
     'atomic_write', 'load_checkpoint_file', 'verify_checkpoint_file',
-    'CheckpointMismatchError', 'StrictPretrainedInit'
+    'CheckpointMismatchError', 'StrictPretrainedInit', 'LectRunner',
+    'find_resume_checkpoint', 'WorkDirInUseError', 'WorkDirLock'
 ]

@@ -52,6 +52,8 @@ def merge_args(cfg, args):
     cfg.launcher = args.launcher
     set_work_dir(cfg, args.work_dir, args.config)
     cfg.load_from = args.checkpoint
+    # Testing may share the work dir of a training that is running.
+    cfg.lock_work_dir = False
 
     if args.amp:
         cfg.test_cfg.fp16 = True

@@ -26,7 +26,14 @@ def parse_args(argv=None):
         type=str,
         const='auto',
         help='resume from this checkpoint; without a path, from the latest '
-        'checkpoint in the work directory')
+        'checkpoint in the work directory (if it is damaged, the run stops '
+        'and names the newest intact one; with nothing to resume it starts '
+        'from scratch, with a warning)')
+    parser.add_argument(
+        '--resume-intact',
+        action='store_true',
+        help='like --resume without a path, but if the latest checkpoint is '
+        'damaged, resume from the newest intact epoch_*/iter_* checkpoint')
     parser.add_argument(
         '--amp',
         action='store_true',
@@ -74,9 +81,10 @@ def merge_args(cfg, args):
         cfg.optim_wrapper.type = 'DeviceAmpOptimWrapper'
         cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
 
-    if args.resume == 'auto':
+    if args.resume == 'auto' or args.resume_intact:
         cfg.resume = True
         cfg.load_from = None
+        cfg.resume_intact = args.resume_intact
     elif args.resume is not None:
         cfg.resume = True
         cfg.load_from = args.resume

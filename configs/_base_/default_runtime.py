@@ -7,6 +7,9 @@
 # configs too.
 custom_imports = dict(imports=['lect_mm'], allow_failed_imports=False)
 default_scope = 'mmpretrain'
+# mmengine's Runner that loads checkpoints verified and strictly, resumes
+# only from intact ones and locks the work dir (lect_mm.engine.runner).
+runner_type = 'LectRunner'
 
 default_hooks = dict(
     # record the time of every iteration.
@@ -15,9 +18,10 @@ default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
     # step the parameter schedulers.
     param_scheduler=dict(type='ParamSchedulerHook'),
-    # save a checkpoint every epoch, keep the last 3 and the best one.
+    # save a checkpoint every epoch, keep the last 3 and the best one;
+    # atomic writes with a digest, old ones removed after the new is safe.
     checkpoint=dict(
-        type='CheckpointHook',
+        type='SafeCheckpointHook',
         interval=1,
         max_keep_ckpts=3,
         save_best='accuracy/top1',
@@ -53,6 +57,10 @@ log_level = 'INFO'
 
 # load weights from this checkpoint
 load_from = None
+# a checkpoint that does not fit the model (missing, unexpected or
+# size-mismatched keys) stops the run; False loads what fits (e.g. to
+# fine-tune with a new head: --cfg-options load_from_strict=False)
+load_from_strict = True
 # resume training (weights, optimizer, schedulers, RNG) from load_from, or
 # from the latest checkpoint in the work dir if load_from is None
 resume = False

@@ -1,5 +1,9 @@
 from .checkpoint import (MMENGINE_CHECKPOINT_GLOBALS,
                          allow_mmengine_checkpoints)
+from .checkpoint_hook import SafeCheckpointHook
+from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
+                            atomic_write, load_checkpoint_file,
+                            verify_checkpoint_file)
 from .dist import (LAUNCHERS, distributed_context, setup_cpu_distributed,
                    teardown_distributed)
 from .divergence import DivergenceError, NonFiniteLossHook
@@ -8,7 +12,10 @@ from .errors import (ConfigCheckHook, ConfigError, ConfigMismatchError,
                      merge_cfg_options)
 from .hooks import (CompileModelHook, RNGStateHook, compile_submodules,
                     get_rng_state, set_rng_state)
+from .loading import CheckpointMismatchError, StrictPretrainedInit
 from .optim_wrapper import DeviceAmpOptimWrapper
+from .runner import LectRunner, find_resume_checkpoint
+from .workdir import WorkDirInUseError, WorkDirLock
 
 allow_mmengine_checkpoints()
 
@@ -20,5 +27,9 @@ __all__ = [
     'explain_config_error', 'explain_config_errors', 'merge_cfg_options',
     'CompileModelHook', 'RNGStateHook', 'compile_submodules',
     'get_rng_state', 'set_rng_state',
-    'DeviceAmpOptimWrapper'
+    'DeviceAmpOptimWrapper',
+    'SafeCheckpointHook', 'CheckpointError', 'CheckpointNotFoundError',
+    'atomic_write', 'load_checkpoint_file', 'verify_checkpoint_file',
+    'CheckpointMismatchError', 'StrictPretrainedInit', 'LectRunner',
+    'find_resume_checkpoint', 'WorkDirInUseError', 'WorkDirLock'
 ]

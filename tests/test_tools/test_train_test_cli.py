@@ -282,7 +282,8 @@ def test_dist_train_sh_two_cpu_processes(tmp_path):
     env = dict(
         os.environ,
         PORT=str(_free_port()),
-        PYTHONPATH=str(tmp_path),
+        # the checkout's lect_mm, not an installed one
+        PYTHONPATH=os.pathsep.join([str(tmp_path), REPO]),
         PATH=osp.dirname(sys.executable) + os.pathsep + os.environ['PATH'])
     proc = subprocess.run(
         ['bash', osp.join(REPO, 'tools', 'dist_train.sh'),

@@ -1,0 +1,176 @@
+"""``SafeCheckpointHook``: mmengine's ``CheckpointHook`` that never leaves a
+partial checkpoint and never deletes the last good one."""
+import os.path as osp
+
+from mmengine.dist import is_main_process
+from mmengine.hooks import CheckpointHook
+from mmpretrain.registry import HOOKS
+
+from .checkpoint_io import (ATOMIC_BACKEND, CheckpointError, atomic_write,
+                            remove_stale_temporaries, verify_checkpoint_file)
+from .plain_state import to_plain
+
+
+def _is_local(path) -> bool:
+    return '://' not in str(path)
+
+
+class _DeferredRemovals:
+    """Stands in for the hook's file backend while mmengine's
+    ``_save_best_checkpoint`` runs: an existing file it checks for (the
+    previous best, which mmengine deletes *before* writing the new one) is
+    reported absent and queued, and removals are queued too; the hook
+    removes the queue after the new checkpoint is written."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.queued = []
+
+    def _queue(self, path) -> bool:
+        if self.backend.isfile(path) or self.backend.isdir(path):
+            self.queued.append(path)
+        return False
+
+    def isfile(self, path) -> bool:
+        return self._queue(path)
+
+    def isdir(self, path) -> bool:
+        return self._queue(path)
+
+    def remove(self, path) -> None:
+        self._queue(path)
+
+    def rmtree(self, path) -> None:
+        self._queue(path)
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+
+@HOOKS.register_module()
+class SafeCheckpointHook(CheckpointHook):
+    """mmengine's ``CheckpointHook`` (same arguments), made crash-safe.
+
+    - Every checkpoint (epoch/iter, best) on a local ``out_dir`` is written
+      by :class:`~lect_mm.engine.checkpoint_io.AtomicLocalBackend`:
+      temporary file, fsync, rename, with a SHA-256 digest record, so a
+      kill mid-write leaves no partial file under a checkpoint's name.
+    - ``last_checkpoint`` is rewritten atomically, after the checkpoint.
+    - The previous best checkpoint and the checkpoints beyond
+      ``max_keep_ckpts`` are removed only after the new checkpoint has been
+      written and read back intact (mmengine removes them before writing),
+      so a crash during a save never leaves the run without a checkpoint.
+    - Runtime state is saved as plain data (:mod:`~lect_mm.engine.
+      plain_state`): the files load with ``torch.load(weights_only=True)``
+      without lect_mm.
+    - Temporary files of writers that were killed are removed before
+      training (``.NAME.PID.tmp`` whose process is gone).
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._deferred = None
+
+    def before_train(self, runner) -> None:
+        out_dir = self.out_dir if self.out_dir is not None else \
+            runner.work_dir
+        if (self.backend_args is None and self.file_client_args is None
+                and _is_local(out_dir)):
+            self.backend_args = dict(backend=ATOMIC_BACKEND)
+        super().before_train(runner)
+        if is_main_process() and _is_local(self.out_dir):
+            for path in remove_stale_temporaries(self.out_dir):
+                runner.logger.warning(
+                    f'Removed {path}: a partial checkpoint left by a run '
+                    'that was killed while writing it.')
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        for key, value in list(checkpoint.items()):
+            checkpoint[key] = to_plain(value)
+
+    def _remove_outdated(self, runner, paths, written) -> None:
+        """Remove ``paths`` once every checkpoint in ``written`` reads back
+        intact; keep them all (and say so) otherwise."""
+        paths = [p for p in paths if p not in written]
+        if not paths or not is_main_process():
+            return
+        for path in written:
+            if not _is_local(path):
+                continue
+            try:
+                verify_checkpoint_file(path)
+            except CheckpointError as error:
+                runner.logger.error(
+                    f'Kept {", ".join(map(str, paths))}: the new checkpoint '
+                    f'does not read back intact ({error})')
+                return
+        backend = self.file_backend
+        backend = getattr(backend, 'backend', backend)
+        for path in paths:
+            if backend.isfile(path):
+                backend.remove(path)
+            elif backend.isdir(path):
+                backend.rmtree(path)  # deepspeed checkpoints are folders
+            else:
+                continue
+            runner.logger.info(f'Removed the outdated checkpoint {path}.')
+
+    def _save_checkpoint_with_step(self, runner, step, meta):
+        # mmengine's method, except that the checkpoint beyond
+        # max_keep_ckpts is removed after the save, and last_checkpoint is
+        # written atomically.
+        outdated = []
+        if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids and
+                                            self.keep_ckpt_ids[-1] == step):
+            if len(self.keep_ckpt_ids) == self.max_keep_ckpts:
+                outdated.append(
+                    self.file_backend.join_path(
+                        self.out_dir,
+                        self.filename_tmpl.format(
+                            self.keep_ckpt_ids.popleft())))
+            self.keep_ckpt_ids.append(step)
+            runner.message_hub.update_info('keep_ckpt_ids',
+                                           list(self.keep_ckpt_ids))
+
+        ckpt_filename = self.filename_tmpl.format(step)
+        self.last_ckpt = self.file_backend.join_path(self.out_dir,
+                                                     ckpt_filename)
+        runner.message_hub.update_info('last_ckpt', self.last_ckpt)
+        runner.save_checkpoint(
+            self.out_dir,
+            ckpt_filename,
+            self.file_client_args,
+            save_optimizer=self.save_optimizer,
+            save_param_scheduler=self.save_param_scheduler,
+            meta=meta,
+            by_epoch=self.by_epoch,
+            backend_args=self.backend_args,
+            **self.args)
+        if not is_main_process():
+            return
+        atomic_write(
+            osp.join(runner.work_dir, 'last_checkpoint'),
+            str(self.last_ckpt).encode())
+        if self._deferred is not None:
+            self._deferred.queued.extend(outdated)
+        else:
+            self._remove_outdated(runner, outdated, [self.last_ckpt])
+
+    def _save_best_checkpoint(self, runner, metrics) -> None:
+        # mmengine's method, with the removals it makes deferred until the
+        # new best (and the epoch checkpoint it re-saves) are written.
+        if not self.save_best:
+            return
+        backend = self.file_backend
+        self._deferred = self.file_backend = _DeferredRemovals(backend)
+        try:
+            super()._save_best_checkpoint(runner, metrics)
+        finally:
+            queued, self._deferred = self._deferred.queued, None
+            self.file_backend = backend
+        written = {self.best_ckpt_path} if len(self.key_indicators) == 1 \
+            else set(self.best_ckpt_path_dict.values())
+        if self.last_ckpt is not None:
+            written.add(self.last_ckpt)
+        written.discard(None)
+        self._remove_outdated(runner, queued, sorted(written))

@@ -1,0 +1,306 @@
+"""Checkpoint files written atomically with a digest, and verified on load.
+
+Writing (:class:`AtomicLocalBackend`, mmengine file backend
+``'lect_atomic_local'``, used by ``SafeCheckpointHook``): the bytes go to a
+temporary file in the same directory (``.NAME.PID.tmp``), are flushed and
+``fsync``-ed, then ``os.replace``-d onto the final name and the directory is
+``fsync``-ed. A crash or ``kill -9`` at any moment leaves under the final
+name either the previous file or the complete new one, never part of one.
+
+The digest: before writing, a PyTorch checkpoint (a zip archive) gets one
+more record, ``<archive>/lect_mm_sha256``, holding the SHA-256 of the name,
+size and bytes of every other record (the pickled structure and every
+tensor's storage). ``torch.load`` reads only the records the pickle refers
+to, so the file still loads with plain ``torch.load(path,
+weights_only=True)``, with or without lect_mm.
+
+Reading (:func:`load_checkpoint_file`, registered as mmengine's loader for
+local paths, so ``--resume``, ``load_from``, ``tools/test.py``,
+``get_model(cfg, pretrained=path)`` and ``init_cfg=dict(type='Pretrained')``
+all use it) stops with a :class:`CheckpointError` naming the file and what
+is wrong when it is missing, empty, truncated (no zip central directory), has
+a record whose bytes fail the zip CRC-32 check, or does not match its digest.
+Files without a digest (converted or third-party weights, or written by
+another tool) still load, with their zip CRCs checked and an info line. The
+load itself is ``torch.load(..., weights_only=True)``, always.
+"""
+import hashlib
+import io
+import json
+import logging
+import os
+import os.path as osp
+import pickle
+import re
+import zipfile
+from typing import List, Optional
+
+import torch
+from mmengine.fileio import LocalBackend, register_backend
+from mmengine.logging import print_log
+from mmengine.runner.checkpoint import CheckpointLoader
+
+from .plain_state import from_plain
+
+ATOMIC_BACKEND = 'lect_atomic_local'
+"""Name of :class:`AtomicLocalBackend` in mmengine's file backends."""
+
+DIGEST_RECORD = 'lect_mm_sha256'
+"""The zip record (under the archive's folder) that holds the digest."""
+
+_TMP_NAME = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$')
+_CHUNK = 1 << 20
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing, damaged or does not fit the model."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """A checkpoint file does not exist."""
+
+
+# ----------------------------------------------------------------- writing
+def temporary_path(path: str) -> str:
+    """The temporary name :func:`atomic_write` writes ``path`` under."""
+    directory, name = osp.split(osp.abspath(path))
+    return osp.join(directory, f'.{name}.{os.getpid()}.tmp')
+
+
+def _write_synced(file, data: bytes) -> None:
+    """Write, flush and fsync (a separate function: tests kill in it)."""
+    file.write(data)
+    file.flush()
+    os.fsync(file.fileno())
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make a rename in ``directory`` durable (where the OS allows it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that the name never holds part of it.
+
+    Args:
+        path (str): The final file name; its directory is created.
+        data (bytes): The whole content.
+    """
+    path = os.fspath(path)
+    directory = osp.dirname(osp.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = temporary_path(path)
+    try:
+        with open(tmp, 'wb') as file:
+            _write_synced(file, data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+
+
+def remove_stale_temporaries(directory: str) -> List[str]:
+    """Remove the temporary files that killed writers left in ``directory``.
+
+    Only files named like :func:`temporary_path`'s whose process is gone.
+
+    Returns:
+        list[str]: The removed paths.
+    """
+    removed = []
+    if not osp.isdir(directory):
+        return removed
+    for name in sorted(os.listdir(directory)):
+        match = _TMP_NAME.match(name)
+        if match is None or _process_alive(int(match['pid'])):
+            continue
+        path = osp.join(directory, name)
+        try:
+            os.remove(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ------------------------------------------------------------------ digest
+def _digest_record_name(archive: zipfile.ZipFile) -> Optional[str]:
+    """``<archive>/lect_mm_sha256``, or None if it is no torch archive."""
+    names = archive.namelist()
+    if not names:
+        return None
+    folder = names[0].split('/', 1)[0]
+    if f'{folder}/data.pkl' not in names:
+        return None
+    return f'{folder}/{DIGEST_RECORD}'
+
+
+def _records_digest(archive: zipfile.ZipFile, skip: str) -> str:
+    """SHA-256 over the name, size and bytes of every record but ``skip``.
+
+    Reading a record also checks its CRC-32 (``zipfile.BadZipFile``).
+    """
+    sha = hashlib.sha256()
+    for info in archive.infolist():
+        if info.filename == skip:
+            continue
+        sha.update(f'{info.filename}\0{info.file_size}\0'.encode())
+        with archive.open(info) as record:
+            for chunk in iter(lambda: record.read(_CHUNK), b''):
+                sha.update(chunk)
+    return sha.hexdigest()
+
+
+def add_digest(data: bytes) -> bytes:
+    """``data`` (a ``torch.save`` output) with its digest record added.
+
+    Bytes that are not a torch zip archive, or already carry a digest, are
+    returned unchanged.
+    """
+    buffer = io.BytesIO(data)
+    if not zipfile.is_zipfile(buffer):
+        return data
+    with zipfile.ZipFile(buffer, 'a') as archive:
+        record = _digest_record_name(archive)
+        if record is None or record in archive.namelist():
+            return data
+        digest = _records_digest(archive, skip=record)
+        info = zipfile.ZipInfo(record, date_time=(1980, 1, 1, 0, 0, 0))
+        archive.writestr(
+            info, json.dumps(dict(algorithm='sha256', digest=digest)))
+    return buffer.getvalue()
+
+
+@register_backend(ATOMIC_BACKEND)
+class AtomicLocalBackend(LocalBackend):
+    """mmengine's local file backend, but every ``put`` is atomic and a torch
+    checkpoint gets its digest (see the module's documentation)."""
+
+    def put(self, obj: bytes, filepath) -> None:
+        atomic_write(filepath, add_digest(obj))
+
+    def put_text(self, obj: str, filepath, encoding: str = 'utf-8') -> None:
+        atomic_write(filepath, obj.encode(encoding))
+
+
+# ----------------------------------------------------------------- reading
+def verify_checkpoint_file(path: str) -> Optional[str]:
+    """Check that ``path`` is a complete, unaltered checkpoint file.
+
+    Args:
+        path (str): A local file.
+
+    Returns:
+        str | None: The verified SHA-256, or None when the file carries no
+        digest (then only its zip CRCs, if it is a zip, were checked).
+
+    Raises:
+        CheckpointNotFoundError: The file does not exist.
+        CheckpointError: It is empty, truncated, fails a CRC or its digest.
+    """
+    path = os.fspath(path)
+    if not osp.exists(path):
+        raise CheckpointNotFoundError(f'Checkpoint {path} does not exist.')
+    if osp.isdir(path):
+        raise CheckpointError(f'Checkpoint {path} is a directory, not a '
+                              'checkpoint file.')
+    size = osp.getsize(path)
+    if size == 0:
+        raise CheckpointError(
+            f'Checkpoint {path} is empty (0 bytes): its writing was '
+            'interrupted or the file was truncated.')
+    if not zipfile.is_zipfile(path):
+        with open(path, 'rb') as file:
+            head = file.read(4)
+        if head == b'PK\x03\x04':
+            raise CheckpointError(
+                f'Checkpoint {path} is truncated or damaged ({size} bytes): '
+                "it begins as a zip archive (PyTorch's format) but its end, "
+                'the zip central directory, is missing or unreadable.')
+        return None  # PyTorch's legacy format or not a checkpoint: torch says
+    try:
+        with zipfile.ZipFile(path) as archive:
+            record = _digest_record_name(archive)
+            expected = None
+            if record is not None and record in archive.namelist():
+                expected = json.loads(archive.read(record))['digest']
+            digest = _records_digest(archive, skip=record)
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError,
+            KeyError) as error:
+        raise CheckpointError(
+            f'Checkpoint {path} is damaged ({size} bytes): '
+            f'{type(error).__name__}: {error}.') from error
+    if expected is None:
+        return None
+    if digest != expected:
+        raise CheckpointError(
+            f'Checkpoint {path} is damaged or was altered: the SHA-256 of its '
+            f'contents is {digest[:16]}..., but it was written as '
+            f'{str(expected)[:16]}...')
+    return digest
+
+
+def load_checkpoint_file(filename: str, map_location=None):
+    """:func:`verify_checkpoint_file`, then ``torch.load(weights_only=True)``.
+
+    Encoded runtime state (:mod:`lect_mm.engine.plain_state`) is decoded.
+
+    Args:
+        filename (str): A local file (``~`` is expanded).
+        map_location: As for ``torch.load``.
+
+    Returns:
+        The loaded object (a dict for checkpoints).
+    """
+    filename = osp.expanduser(os.fspath(filename))
+    digest = verify_checkpoint_file(filename)
+    try:
+        checkpoint = torch.load(
+            filename, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as error:
+        # weights_only refused a class (or a damaged pickle): keep the type.
+        raise pickle.UnpicklingError(f'Checkpoint {filename}: {error}') \
+            from error
+    except Exception as error:
+        raise CheckpointError(
+            f'Checkpoint {filename} could not be loaded: '
+            f'{type(error).__name__}: {error}') from error
+    if digest is None:
+        print_log(
+            f'Checkpoint {filename} carries no lect_mm digest (converted or '
+            'third-party weights, or written by another tool); its content '
+            'is loaded unverified.',
+            logger='current',
+            level=logging.INFO)
+    return from_plain(checkpoint)
+
+
+@CheckpointLoader.register_scheme(prefixes='', force=True)
+def load_from_local_verified(filename: str, map_location):
+    """mmengine's loader of local paths, replaced by the verified one."""
+    return load_checkpoint_file(filename, map_location)

@@ -1,0 +1,86 @@
+"""One run per work directory: an OS file lock held while a run uses it.
+
+:class:`WorkDirLock` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on
+``WORK_DIR/.work_dir.lock`` and writes its holder (pid, host, start time,
+command) into the file for the error message of the next comer. The OS
+drops the lock when the process ends, ``kill -9`` included, so it is never
+left stale (a forked data-loader worker holds it until it exits too).
+Without ``fcntl`` (Windows) the lock is a no-op. This module imports
+nothing heavy, so that a bare process can take the lock (tests do).
+"""
+import os
+import os.path as osp
+import socket
+import sys
+import time
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover (Windows)
+    fcntl = None
+
+LOCK_FILE = '.work_dir.lock'
+
+
+class WorkDirInUseError(RuntimeError):
+    """Another live process is running in the same work directory."""
+
+
+class WorkDirLock:
+    """An exclusive, non-blocking lock on a work directory.
+
+    Args:
+        work_dir (str): The directory; created if missing.
+    """
+
+    def __init__(self, work_dir: str):
+        self.work_dir = osp.abspath(work_dir)
+        self.path = osp.join(self.work_dir, LOCK_FILE)
+        self._file = None
+
+    @property
+    def held(self) -> bool:
+        return self._file is not None
+
+    def acquire(self) -> 'WorkDirLock':
+        """Take the lock, or raise :class:`WorkDirInUseError` at once."""
+        if self._file is not None or fcntl is None:
+            return self
+        os.makedirs(self.work_dir, exist_ok=True)
+        file = open(self.path, 'a+')
+        try:
+            fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            file.seek(0)
+            holder = file.read().strip() or 'a process that wrote no details'
+            file.close()
+            raise WorkDirInUseError(
+                f'Work dir {self.work_dir} is in use by another run '
+                f'({holder}). Two runs in one work dir overwrite each '
+                "other's checkpoints and logs: wait for it to end, stop it, "
+                'or pass another --work-dir.') from None
+        file.seek(0)
+        file.truncate()
+        file.write(f'pid {os.getpid()} on {socket.gethostname()}, started '
+                   f'{time.strftime("%Y-%m-%d %H:%M:%S")}: '
+                   f'{" ".join(sys.argv)}\n')
+        file.flush()
+        self._file = file
+        return self
+
+    def release(self) -> None:
+        """Drop the lock (the file stays: removing it would race)."""
+        if self._file is None:
+            return
+        try:
+            self._file.truncate(0)
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+        finally:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> 'WorkDirLock':
+        return self.acquire()
+
+    def __exit__(self, *exc_info) -> None:
+        self.release()

@@ -1,0 +1,78 @@
+"""LectRunner: one run per work dir, with a lock that a kill -9 does not
+leave stale and that never leaves a DDP rank waiting."""
+import os
+import os.path as osp
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from mmengine.registry import RUNNERS
+from tiny_run_utils import tiny_cfg
+
+from lect_mm.engine import LectRunner, WorkDirInUseError, WorkDirLock
+from lect_mm.engine import runner as runner_module
+from lect_mm.engine import workdir
+
+
+def _log_dirs(work_dir):
+    return [d for d in os.listdir(work_dir)
+            if osp.isdir(osp.join(work_dir, d))]
+
+
+# ------------------------------------------------------- one run per dir
+def test_second_run_in_a_work_dir_refuses(tmp_path):
+    first = RUNNERS.build(
+        tiny_cfg(tmp_path, 'lock_first', train_cfg=dict(max_epochs=1),
+                 train_dataloader=dict(dataset=dict(indices=16)),
+                 val_cfg=None, val_dataloader=None, val_evaluator=None,
+                 log_level='WARNING'))
+    assert isinstance(first, LectRunner)
+    with pytest.raises(WorkDirInUseError) as info:
+        RUNNERS.build(tiny_cfg(tmp_path, 'lock_second'))
+    assert str(tmp_path) in str(info.value)
+    assert f'pid {os.getpid()}' in str(info.value)
+    assert len(_log_dirs(tmp_path)) == 1  # the refused run wrote nothing
+    first.train()  # releases the work dir when it returns
+    RUNNERS.build(tiny_cfg(tmp_path, 'lock_third')).release_work_dir()
+
+
+def test_lock_of_a_killed_run_is_not_stale(tmp_path):
+    # A bare process (no torch) takes the lock, then is killed with -9.
+    code = textwrap.dedent(f'''
+        import importlib.util, time
+        spec = importlib.util.spec_from_file_location(
+            'workdir', {workdir.__file__!r})
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        lock = module.WorkDirLock({str(tmp_path)!r}).acquire()
+        print('locked', flush=True)
+        time.sleep(600)
+        ''')
+    proc = subprocess.Popen([sys.executable, '-c', code],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == 'locked'
+        with pytest.raises(WorkDirInUseError, match=f'pid {proc.pid} '):
+            WorkDirLock(str(tmp_path)).acquire()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    with WorkDirLock(str(tmp_path)) as lock:
+        assert lock.held
+
+
+def test_every_rank_raises_when_rank_0_finds_the_dir_taken(
+        tmp_path, monkeypatch):
+    # Rank 1 does not touch the lock; it gets rank 0's verdict and raises
+    # too, instead of waiting in a collective for a rank that stopped.
+    def broadcast(box, src=0):
+        assert src == 0
+        box[0] = 'Work dir X is in use by another run (pid 1)'
+
+    monkeypatch.setattr(runner_module, 'get_dist_info', lambda: (1, 2))
+    monkeypatch.setattr(runner_module, 'broadcast_object_list', broadcast)
+    with pytest.raises(WorkDirInUseError, match='pid 1'):
+        runner_module._lock_work_dir(str(tmp_path))
+    assert not os.listdir(tmp_path)

@@ -1,0 +1,195 @@
+"""Faults injected into tools/train.py and tools/test.py runs on the digits:
+damaged, wrong-model and wrong-head checkpoints stop with an error naming
+the file and the problem; --resume says what it resumes (or not)."""
+import importlib.util
+import os
+import os.path as osp
+import shutil
+import struct
+import zipfile
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmpretrain.apis import get_model
+
+from lect_mm.engine import (CheckpointError, CheckpointMismatchError,
+                            CheckpointNotFoundError)
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+TINY = osp.join(REPO, 'tests', 'test_engine', 'data', 'tiny_digits.py')
+LECT_V1 = osp.join(REPO, 'configs', 'demo', 'lect_digits.py')
+# one epoch of one iteration, quiet
+FAST = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=16',
+        'log_level=WARNING']
+
+
+def _load_tool(name):
+    spec = importlib.util.spec_from_file_location(
+        f'lect_tools_faults_{name}', osp.join(REPO, 'tools', f'{name}.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+train_tool = _load_tool('train')
+test_tool = _load_tool('test')
+
+
+@pytest.fixture(autouse=True)
+def restored_local_rank():
+    saved = os.environ.get('LOCAL_RANK')
+    yield
+    os.environ.pop('LOCAL_RANK', None)
+    if saved is not None:
+        os.environ['LOCAL_RANK'] = saved
+
+
+def _log_text(work_dir):
+    return ''.join(
+        open(osp.join(root, f)).read()
+        for root, _, files in os.walk(work_dir) for f in files
+        if f.endswith('.log'))
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    """epoch_1.pth of a real run (1 epoch of 1 iteration, 10 classes)."""
+    work_dir = str(tmp_path_factory.mktemp('faults_train'))
+    train_tool.main([TINY, '--work-dir', work_dir, '--no-validate',
+                     '--cfg-options', *FAST, 'experiment_name=faults'])
+    return osp.join(work_dir, 'epoch_1.pth')
+
+
+def _damaged(src, dst, how):
+    shutil.copy(src, dst)
+    size = osp.getsize(dst)
+    with open(dst, 'r+b') as file:
+        if how == 'empty':
+            file.truncate(0)
+        elif how == 'truncated':
+            file.truncate(size // 2)
+        else:  # a few flipped bytes in the largest tensor's data
+            offset = _largest_tensor_offset(dst)
+            file.seek(offset)
+            chunk = file.read(8)
+            file.seek(offset)
+            file.write(bytes(b ^ 0xFF for b in chunk))
+    return str(dst)
+
+
+def _largest_tensor_offset(path):
+    with zipfile.ZipFile(path) as archive:
+        info = max((i for i in archive.infolist()
+                    if '/data/' in i.filename),
+                   key=lambda i: i.file_size)
+    with open(path, 'rb') as file:
+        file.seek(info.header_offset)
+        header = file.read(30)
+    name_len, extra_len = struct.unpack('<HH', header[26:30])
+    return info.header_offset + 30 + name_len + extra_len
+
+
+@pytest.mark.parametrize('how, reason', [('empty', 'is empty'),
+                                         ('truncated', 'is truncated'),
+                                         ('flipped', 'is damaged')])
+def test_test_tool_refuses_a_damaged_checkpoint(trained, tmp_path, how,
+                                                reason):
+    path = _damaged(trained, tmp_path / 'epoch_1.pth', how)
+    with pytest.raises(CheckpointError) as info:
+        test_tool.main([TINY, path, '--work-dir', str(tmp_path / 'test'),
+                        '--cfg-options', 'log_level=WARNING'])
+    assert path in str(info.value) and reason in str(info.value)
+
+
+def test_test_tool_names_a_missing_checkpoint(tmp_path):
+    path = str(tmp_path / 'missing.pth')
+    with pytest.raises(CheckpointNotFoundError, match='missing.pth'):
+        test_tool.main([TINY, path, '--work-dir', str(tmp_path)])
+
+
+@pytest.mark.parametrize('how', ['resume', 'load_from'])
+def test_train_refuses_a_damaged_checkpoint(trained, tmp_path, how):
+    path = _damaged(trained, tmp_path / 'epoch_1.pth', 'flipped')
+    source = ['--resume', path] if how == 'resume' else []
+    options = [] if how == 'resume' else [f'load_from={path}']
+    with pytest.raises(CheckpointError, match='is damaged') as info:
+        train_tool.main([TINY, '--work-dir', str(tmp_path / 'run'), *source,
+                         '--cfg-options', *FAST, *options])
+    assert path in str(info.value)
+
+
+# --------------------------------------------- wrong model, wrong head
+def test_test_tool_refuses_a_checkpoint_of_another_model(tmp_path):
+    # LeCT v1's weights evaluated with the tiny ResNet's config.
+    path = str(tmp_path / 'lect_v1.pth')
+    lect_v1 = get_model(Config.fromfile(LECT_V1))
+    torch.save({'state_dict': lect_v1.state_dict()}, path)
+    with pytest.raises(CheckpointMismatchError) as info:
+        test_tool.main([TINY, path, '--work-dir', str(tmp_path)])
+    text = str(info.value)
+    assert path in text
+    assert 'missing key(s)' in text and 'unexpected key(s)' in text
+    assert 'backbone.stages.0' in text  # LeCT's keys, the first few
+    assert 'load_from_strict=False' in text
+
+
+def test_test_tool_refuses_a_checkpoint_with_another_head(trained,
+                                                          tmp_path):
+    with pytest.raises(CheckpointMismatchError) as info:
+        test_tool.main([TINY, trained, '--work-dir', str(tmp_path),
+                        '--cfg-options', 'model.head.num_classes=100'])
+    assert ('head.fc.weight: [10, 8] in the checkpoint, [100, 8] in the '
+            'model') in str(info.value)
+
+
+def test_load_from_another_head_fails_and_the_opt_out_fine_tunes(
+        trained, tmp_path):
+    args = [TINY, '--work-dir', str(tmp_path), '--no-validate',
+            '--cfg-options', *FAST, f'load_from={trained}',
+            'model.head.num_classes=100']
+    with pytest.raises(CheckpointMismatchError, match='load_from_strict'):
+        train_tool.main(args)
+    runner = train_tool.main(args + ['load_from_strict=False'])
+    assert runner.epoch == 1
+    assert 'does not fit the model' in _log_text(str(tmp_path))
+
+
+# ------------------------------------------------------------- --resume
+def test_resume_with_nothing_to_resume_says_so(tmp_path):
+    work_dir = str(tmp_path)
+    runner = train_tool.main([TINY, '--work-dir', work_dir, '--resume',
+                              '--no-validate', '--cfg-options', *FAST])
+    assert runner.epoch == 1
+    assert (f'--resume: nothing to resume in {work_dir}'
+            in _log_text(work_dir))
+    assert 'training starts from scratch' in _log_text(work_dir)
+
+
+def test_resume_from_a_path_that_does_not_exist(tmp_path):
+    path = str(tmp_path / 'epoch_9.pth')
+    with pytest.raises(CheckpointNotFoundError, match=f'--resume {path}'):
+        train_tool.main([TINY, '--work-dir', str(tmp_path), '--resume', path,
+                         '--cfg-options', *FAST])
+
+
+def test_resume_on_a_damaged_latest_checkpoint(trained, tmp_path):
+    work_dir = tmp_path / 'run'
+    work_dir.mkdir()
+    intact = str(work_dir / 'epoch_1.pth')
+    shutil.copy(trained, intact)
+    latest = _damaged(trained, work_dir / 'epoch_2.pth', 'truncated')
+    (work_dir / 'last_checkpoint').write_text(latest)
+    args = [TINY, '--work-dir', str(work_dir), '--no-validate',
+            '--cfg-options', *FAST, 'train_cfg.max_epochs=2']
+    with pytest.raises(CheckpointError) as info:
+        train_tool.main(args + ['--resume'])
+    text = str(info.value)
+    assert f'{latest} is truncated' in text
+    assert f'The newest intact checkpoint is {intact}' in text
+    assert '--resume-intact' in text
+    # with the flag it takes the intact one and goes on.
+    runner = train_tool.main(args + ['--resume-intact'])
+    assert runner.epoch == 2
+    assert f'Resuming from the newest intact checkpoint, {intact}' in \
+        _log_text(str(work_dir))

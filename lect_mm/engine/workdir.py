@@ -22,6 +22,29 @@ except ImportError:  # pragma: no cover (Windows)
 LOCK_FILE = '.work_dir.lock'
 
 
+#: Descriptors of the locks this process holds. A forked child (a data
+#: loader worker) inherits them, and a flock lives until every descriptor of
+#: it is closed: without this, workers outliving a killed run would keep its
+#: work dir locked.
+_HELD_FDS = set()
+
+
+def _drop_inherited_locks() -> None:
+    """In a forked child, point the inherited lock descriptors at /dev/null
+    (closing the child's share of the lock without unlocking the parent)."""
+    if not _HELD_FDS:
+        return
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in _HELD_FDS:
+        os.dup2(null, fd)
+    os.close(null)
+    _HELD_FDS.clear()
+
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=_drop_inherited_locks)
+
+
 class WorkDirInUseError(RuntimeError):
     """Another live process is running in the same work directory."""
 
@@ -66,12 +89,14 @@ class WorkDirLock:
                    f'{" ".join(sys.argv)}\n')
         file.flush()
         self._file = file
+        _HELD_FDS.add(file.fileno())
         return self
 
     def release(self) -> None:
         """Drop the lock (the file stays: removing it would race)."""
         if self._file is None:
             return
+        _HELD_FDS.discard(self._file.fileno())
         try:
             self._file.truncate(0)
             fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)

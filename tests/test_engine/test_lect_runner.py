@@ -76,3 +76,34 @@ def test_every_rank_raises_when_rank_0_finds_the_dir_taken(
     with pytest.raises(WorkDirInUseError, match='pid 1'):
         runner_module._lock_work_dir(str(tmp_path))
     assert not os.listdir(tmp_path)
+
+
+def test_forked_children_do_not_keep_the_work_dir_locked(tmp_path):
+    """A data loader worker forked while the lock is held must not hold it
+    after the run is gone (kill -9 of a run with persistent workers)."""
+    import os
+
+    from lect_mm.engine.workdir import WorkDirInUseError, WorkDirLock
+    lock = WorkDirLock(str(tmp_path)).acquire()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the "worker": outlives the parent's lock below
+        os.close(read)
+        os.read(os.open(os.devnull, os.O_RDONLY), 1)
+        os.write(write, b'x')
+        os.close(write)
+        import time
+        time.sleep(2)
+        os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 1) == b'x'
+        # a second run is refused while this one holds the lock ...
+        with pytest.raises(WorkDirInUseError):
+            WorkDirLock(str(tmp_path)).acquire()
+        # ... and free as soon as this one lets go, though the child lives
+        lock._file.close()
+        WorkDirLock(str(tmp_path)).acquire().release()
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)

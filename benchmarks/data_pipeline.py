@@ -28,6 +28,7 @@ Examples::
 """
 import argparse
 import copy
+import functools
 import gc
 import sys
 import time
@@ -35,10 +36,12 @@ from typing import Dict, List
 
 import numpy as np
 import torch
-from _common import (MODEL_CONFIGS, REPO_ROOT, Report, TrainStep,
-                     build_classifier, compile_model, fmt_rate, load_config,
-                     machine_header, markdown_table, measure, new_parser,
-                     setup, synchronize)
+from common import REPO_ROOT
+from common.cli import new_parser, setup
+from common.models import (MODEL_CONFIGS, TrainStep, build_classifier,
+                           compile_model, load_config)
+from common.report import Report, machine_header, markdown_table
+from common.timing import fmt_rate, measure, synchronize
 from mmpretrain.datasets import BaseDataset
 
 DATASET_CONFIGS = {
@@ -210,8 +213,9 @@ def run_mode(mode: str, args, device: torch.device) -> Dict:
     print(f'[{mode}] warm-up / model only', file=sys.stderr, flush=True)
     data = model.data_preprocessor(first, training=True)
     n_batches = len(loader)
-    stats = measure(lambda: step(data['inputs'], data['data_samples']),
-                    device, args.warmup, args.repeats)
+    stats = measure(
+        functools.partial(step, data['inputs'], data['data_samples']),
+        device, args.warmup, args.repeats)
     full = data['inputs'].shape[0]
     model_only_s = stats.median * (args.images / full)
 

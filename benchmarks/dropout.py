@@ -10,7 +10,7 @@ Two tables:
 * every dropout call of one LeCT training forward (the shapes recorded from
   the model itself, in its memory layout), forward+backward of the dropout
   alone, ``nn.Dropout`` vs ``FastDropout``;
-* the whole training step (``_common.TrainStep``: forward, cross-entropy,
+* the whole training step (``common.models.TrainStep``: forward, cross-entropy,
   mmengine optim wrapper) of the same model with its dropouts swapped
   between the two classes (same weights), timed in turns.
 
@@ -26,10 +26,11 @@ from typing import List, Tuple
 
 import torch
 import torch.nn as nn
-from _common import (Report, TrainStep, add_model_args, build_classifier,
-                     machine_header, markdown_table, measure_interleaved,
-                     new_parser, num_classes_of, resolve_models, setup,
-                     synthetic_samples)
+from common.cli import add_model_args, new_parser, resolve_models, setup
+from common.models import (TrainStep, build_classifier, num_classes_of,
+                           synthetic_samples)
+from common.report import Report, machine_header, markdown_table
+from common.timing import measure_interleaved
 
 from lect_mm.blocks import FastDropout
 

@@ -19,10 +19,13 @@ import traceback
 from typing import Dict, List
 
 import torch
-from _common import (REFERENCE_MODEL, Report, add_model_args, autocast,
-                     build_classifier, compile_model, count_params,
-                     machine_header, markdown_table, measure, new_parser,
-                     resolve_models, setup)
+from common.cli import add_model_args, new_parser, resolve_models, setup
+from common.models import (REFERENCE_MODEL, build_classifier, compile_model,
+                           inference_call)
+from common.report import Report, machine_header, markdown_table
+from common.timing import measure
+
+from lect_mm.analysis import count_params
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -59,14 +62,9 @@ def run_model(config: str, args, device: torch.device) -> Dict:
         if args.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         for prec in args.precisions:
-
-            def forward():
-                with torch.inference_mode(), autocast(device,
-                                                      prec == 'bf16'):
-                    return model(x, mode='tensor')
-
-            rates[(bs, prec)] = measure(forward, device, args.warmup,
-                                        args.repeats)
+            rates[(bs, prec)] = measure(
+                inference_call(model, x, device, prec == 'bf16'), device,
+                args.warmup, args.repeats)
     del model
     gc.collect()
     if device.type == 'cuda':

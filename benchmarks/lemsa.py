@@ -36,8 +36,11 @@ import traceback
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
-from _common import (Report, autocast, fmt_bytes, machine_header,
-                     markdown_table, measure, new_parser, setup, synchronize)
+from common.cli import new_parser, setup
+from common.memory import MEMORY_NOTE, fmt_bytes
+from common.models import autocast
+from common.report import Report, machine_header, markdown_table
+from common.timing import measure, synchronize
 from einops import rearrange
 
 from lect_mm.blocks import LeMSA
@@ -56,15 +59,6 @@ SCOPES = {
     'layer': 'whole LeMSA layer',
     'core': 'attention core only (key-axis resize, logits, softmax, A·V: '
     'the part in which the paths differ)',
-}
-
-MEMORY_NOTE = {
-    'cuda': 'peak memory = torch.cuda.max_memory_allocated during one call '
-    'minus memory_allocated before it (weights and input excluded)',
-    'cpu': 'peak memory = peak of live tensor bytes allocated during one '
-    'call, from the allocation/free events of torch.profiler '
-    '(profile_memory=True), weights and input excluded; exact allocator '
-    'bytes, not RSS',
 }
 
 

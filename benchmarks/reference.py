@@ -1,15 +1,17 @@
 """lect_mm's LeCT against a reference-layout LeCT: same weights, same outputs.
 
 The reference is ``tests/reference/lect_reference.py``: a plain-``torch.nn``
-LeCT written from SPEC.md in the author's layout (state_dict keys of the
-reference checkpoints, literal attention: pooled logits resized along the
+LeCT written from the LeCT report in the author's layout (state_dict keys of
+the reference checkpoints, literal attention: pooled logits resized along the
 key axis, ``nn.Upsample`` resizes, channels-first maps). It is not the
 author's code, which is not available here; it is the straightforward
 implementation of the same network. For each variant the script
 
 1. fills the reference with random weights, converts them with
-   ``tools/model_converters/lect_ref2mmpretrain.py`` and loads them into
-   lect_mm's classifier (strict);
+   :func:`lect_mm.models.convert.convert_lect_ref` (the key map of
+   ``tools/model_converters/lect_ref2mmpretrain.py``) and loads them into
+   lect_mm's classifier of ``configs/_base_/models/lect_<variant>.py``
+   (strict);
 2. checks the logits agree (eval mode, the largest absolute difference);
 3. times one training step of each, both the same way (forward,
    cross-entropy, then mmengine's optim wrapper: backward, clip 5, AdamW),
@@ -30,9 +32,13 @@ from typing import Dict
 
 import torch
 import torch.nn.functional as F
-from _common import (REPO_ROOT, Report, build_report_optim_wrapper,
-                     machine_header, markdown_table, measure_interleaved,
-                     new_parser, setup)
+from common import REPO_ROOT
+from common.cli import new_parser, setup
+from common.models import build_classifier, build_report_optim_wrapper
+from common.report import Report, machine_header, markdown_table
+from common.timing import measure_interleaved
+
+from lect_mm.models.convert import convert_lect_ref, load_state_dict_strict
 
 VARIANTS = ('v1', 'v2', 'v3')
 
@@ -53,48 +59,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _import_file(name: str, path: str):
-    spec = importlib.util.spec_from_file_location(name, path)
+def load_reference_module():
+    """``tests/reference/lect_reference.py`` (a test file, not a module)."""
+    path = osp.join(REPO_ROOT, 'tests', 'reference', 'lect_reference.py')
+    spec = importlib.util.spec_from_file_location('lect_reference', path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def load_reference_module():
-    return _import_file(
-        'lect_reference',
-        osp.join(REPO_ROOT, 'tests', 'reference', 'lect_reference.py'))
-
-
-def load_converter():
-    return _import_file(
-        'lect_ref2mmpretrain',
-        osp.join(REPO_ROOT, 'tools', 'model_converters',
-                 'lect_ref2mmpretrain.py'))
-
-
 def build_pair(variant: str, num_classes: int = 10):
     """The reference (random weights) and lect_mm's model with them."""
-    from mmpretrain.registry import MODELS
-
-    import lect_mm  # noqa: F401
-
     reference = load_reference_module()
-    converter = load_converter()
     ref = reference.randomize_(
         reference.ReferenceLeCT(variant, num_classes=num_classes), seed=1)
-    ours = MODELS.build(
-        dict(
-            type='ImageClassifier',
-            backbone=dict(
-                type='LeCT', arch=variant, drop_rate=0.,
-                drop_path_rate=0.),
-            neck=dict(type='GlobalAveragePooling'),
-            head=dict(
-                type='LinearClsHead', num_classes=num_classes,
-                in_channels=192)))
-    converter.check_strict(
-        ours, converter.convert_lect(ref.state_dict(), variant))
+    ours = build_classifier(
+        f'configs/_base_/models/lect_{variant}.py', {
+            'model.backbone.drop_rate': 0.,
+            'model.backbone.drop_path_rate': 0.,
+            'model.head.num_classes': num_classes
+        })
+    load_state_dict_strict(ours, convert_lect_ref(ref.state_dict(), variant))
     return ref, ours
 
 
@@ -159,7 +144,8 @@ def main(argv=None) -> Report:
                f'{args.warmup}, repeats {args.repeats}'
                + (' (--quick: numbers meaningless)' if args.quick else ''))
     report.add('- reference: tests/reference/lect_reference.py, written '
-               'from SPEC.md in the author\'s checkpoint layout (literal '
+               'from the LeCT report in the author\'s checkpoint layout '
+               '(literal '
                'attention, nn.Upsample, channels-first maps); not the '
                'author\'s code')
     report.add('')
@@ -181,7 +167,7 @@ def main(argv=None) -> Report:
     ], rows, align='lrrrrrrr'))
     report.add('')
     report.add('Same weights in both (converted by '
-               'tools/model_converters/lect_ref2mmpretrain.py, loaded '
+               'lect_mm.models.convert.convert_lect_ref, loaded '
                'strictly); the difference is of the eval-mode logits on two '
                'images. Train step: the same for both (forward, '
                'cross-entropy, mmengine optim wrapper: backward, clip 5, '

@@ -28,10 +28,12 @@ import traceback
 from typing import Dict, List, Optional
 
 import torch
-from _common import (MEMORY_NOTE, MODEL_CONFIGS, Report, autocast,
-                     build_classifier, fmt_bytes, load_config, machine_header,
-                     markdown_table, measure, new_parser, peak_memory,
-                     save_plot, setup)
+from common.cli import new_parser, setup
+from common.memory import MEMORY_NOTE, fmt_bytes, peak_memory
+from common.models import (MODEL_CONFIGS, build_classifier, inference_call,
+                           load_config)
+from common.report import Report, machine_header, markdown_table, save_plot
+from common.timing import measure
 
 # LeCT (v1) pooled grids at 224 input: stages at 56², 28², 14² with K = 14,
 # 7, 2 (SPEC §2 "Cost").
@@ -90,6 +92,13 @@ def _is_oom(err: Exception) -> bool:
         isinstance(err, RuntimeError) and 'out of memory' in str(err))
 
 
+def _time_and_memory(model, x: torch.Tensor, device: torch.device, args):
+    """(time stats, peak memory) of one inference call."""
+    forward = inference_call(model, x, device, args.amp)
+    return (measure(forward, device, args.warmup, args.repeats),
+            peak_memory(forward, device))
+
+
 def run(args, device: torch.device, report: Report) -> None:
     results: Dict[str, Dict[int, object]] = {}
     for name in args.models:
@@ -102,14 +111,7 @@ def run(args, device: torch.device, report: Report) -> None:
                 if model is None or _size_bound(model):
                     model = _build(config, options, size).to(device)
                 x = torch.randn(args.batch_size, 3, size, size, device=device)
-
-                def forward():
-                    with torch.inference_mode(), autocast(device, args.amp):
-                        return model(x, mode='tensor')
-
-                stats = measure(forward, device, args.warmup, args.repeats)
-                mem = peak_memory(forward, device)
-                results[name][size] = (stats, mem)
+                results[name][size] = _time_and_memory(model, x, device, args)
             except Exception as err:  # noqa: BLE001  (report and go on)
                 if _is_oom(err):
                     results[name][size] = 'OOM'

@@ -3,7 +3,7 @@
 One full training step as the report trains (SPEC §8) and as mmengine's
 runner runs it (the model's loss, then an optim wrapper built by
 ``build_optim_wrapper``: backward + gradient-norm clip (5) + AdamW step;
-see ``_common.TrainStep``), batch 64, 224×224, synthetic
+see ``common.models.TrainStep``), batch 64, 224×224, synthetic
 data already on the device (so the data pipeline is not measured; see
 ``data_pipeline.py`` for that). Prints images/s (median and IQR over the
 timed steps) and the ratio to the report's ResNet, and next to them the
@@ -21,18 +21,22 @@ Examples::
     python benchmarks/train_throughput.py --quick                # smoke test
 """
 import argparse
+import functools
 import gc
 import sys
 import traceback
 from typing import Dict, Optional
 
 import torch
-from _common import (MEMORY_NOTE, MODEL_CONFIGS, REFERENCE_MODEL, Report,
-                     TrainStep, add_model_args, build_classifier,
-                     compile_model, count_params, fmt_bytes, machine_header,
-                     markdown_table, measure, new_parser, num_classes_of,
-                     peak_memory, resolve_models, setup, synchronize,
-                     synthetic_samples)
+from common.cli import add_model_args, new_parser, resolve_models, setup
+from common.memory import MEMORY_NOTE, fmt_bytes, peak_memory
+from common.models import (MODEL_CONFIGS, REFERENCE_MODEL, TrainStep,
+                           build_classifier, compile_model, num_classes_of,
+                           synthetic_samples)
+from common.report import Report, machine_header, markdown_table
+from common.timing import measure, synchronize
+
+from lect_mm.analysis import count_params
 
 from lect_mm.analysis import training_footprint
 
@@ -109,10 +113,10 @@ def footprint(config: str, args, device: torch.device) -> Dict:
 def run_model(config: str, args, device: torch.device) -> Dict:
     fp = footprint(config, args, device)
     model, params, step, inputs, samples = _prepare(config, args, device)
-    stats = measure(lambda: step(inputs, samples), device, args.warmup,
-                    args.iters)
-    mem = peak_memory(lambda: step(inputs, samples), device)
-    del model, step, inputs, samples
+    call = functools.partial(step, inputs, samples)
+    stats = measure(call, device, args.warmup, args.iters)
+    mem = peak_memory(call, device)
+    del model, step, inputs, samples, call
     _release(device, args.compile)
     return dict(params=params, stats=stats, mem=mem,
                 saved=fp['saved_bytes_per_image'], ops=fp['ops'])

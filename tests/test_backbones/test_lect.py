@@ -7,8 +7,8 @@ import torch.nn as nn
 from mmengine.config import Config
 
 import lect_mm  # noqa: F401
-from lect_mm.blocks import (LeMSA, LeMSAv2, MultiheadSelfAttention,
-                            ResizeUpsampler)
+from lect_mm.blocks import (CeiTLeFF, LeFFN, LeMSA, LeMSAv2,
+                            MultiheadSelfAttention, ResizeUpsampler)
 from lect_mm.models.backbones import LeCT
 from lect_mm.models.backbones.lect import merge_cfg
 from mmpretrain.registry import MODELS
@@ -111,11 +111,14 @@ def test_init_cfg_and_state_dict_round_trip():
         assert torch.equal(model.eval()(x)[0], other.eval()(x)[0])
 
 
-def test_with_cp_backward():
-    model = LeCT('v1', with_cp=True, drop_path_rate=0.)
-    model.train()
-    model(torch.randn(2, 3, 32, 32))[0].sum().backward()
-    assert model.stages[0].patch_embed.proj.weight.grad is not None
+def test_with_cp_same_output_and_grads(same_outputs_and_grads):
+    # Dropout stays on (drop_rate 0.1): the recomputation in backward
+    # draws the same masks.
+    torch.manual_seed(0)
+    a = LeCT('v1', drop_path_rate=0.)
+    b = LeCT('v1', drop_path_rate=0., with_cp=True)
+    same_outputs_and_grads(a, b, torch.randn(2, 3, 32, 32),
+                           'stages.1.blocks.2')
 
 
 @pytest.mark.parametrize('attn_cfg, cls', [
@@ -135,6 +138,43 @@ def test_attention_swap_from_cfg(attn_cfg, cls):
     model.eval()
     with torch.no_grad():
         assert model(torch.randn(1, 3, 64, 64))[0].shape == (1, 192, 4, 4)
+
+
+def test_patch_cfg_swaps_the_patch_embedding_norm():
+    default = LeCT('v1')
+    assert all(type(s.patch_embed.norm) is nn.LayerNorm
+               and s.patch_embed.norm.eps == 1e-5 for s in default.stages)
+    # One dict per stage: no norm, the default, another epsilon.
+    model = LeCT('v1', patch_cfg=[
+        dict(norm_cfg=None), dict(),
+        dict(norm_cfg=dict(type='LN', eps=1e-3))])
+    norms = [s.patch_embed.norm for s in model.stages]
+    assert type(norms[0]) is nn.Identity
+    assert type(norms[1]) is nn.LayerNorm and norms[1].eps == 1e-5
+    assert type(norms[2]) is nn.LayerNorm and norms[2].eps == 1e-3
+    assert (sum(p.numel() for p in default.parameters()) -
+            sum(p.numel() for p in model.parameters())) == 2 * 64
+    out, = model(torch.randn(2, 3, 32, 32))
+    assert out.shape == (2, 192, 2, 2)
+
+
+def test_ffn_cfg_swaps_the_feed_forward():
+    # Arguments merge into each stage's LeFFN ...
+    model = LeCT('v1', ffn_cfg=dict(with_bn=False, kernel_size=5))
+    ffns = [blk.ffn for blk in _blocks(model)]
+    assert all(type(f) is LeFFN for f in ffns)
+    assert all(type(f.bn2) is nn.Identity and f.conv2.kernel_size == (5, 5)
+               for f in ffns)
+    # ... and another type keeps the per-stage ratio and the drop rate.
+    model = LeCT('v1', drop_rate=0.2,
+                 ffn_cfg=dict(type='CeiTLeFF', num_extra_tokens=0))
+    ffns = [blk.ffn for blk in _blocks(model)]
+    assert all(type(f) is CeiTLeFF for f in ffns)
+    assert [f.hidden_dims for f in ffns] == [128, 384, 384, 384, 768]
+    assert all(f.drop.p == 0.2 for f in ffns)
+    out, = model(torch.randn(2, 3, 32, 32))
+    out.sum().backward()
+    assert all(f.conv1.weight.grad is not None for f in ffns)
 
 
 def test_upsampler_swap_and_merge_cfg():

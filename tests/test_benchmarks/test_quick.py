@@ -18,22 +18,12 @@ BENCH = osp.join(ROOT, 'benchmarks')
 
 @pytest.fixture
 def bench(monkeypatch):
-    """Import a benchmark script as a module (benchmarks/ on sys.path)."""
+    """Import a benchmark script, or a module of its ``common`` package, as
+    the scripts run: with benchmarks/ on sys.path."""
     monkeypatch.syspath_prepend(BENCH)
     monkeypatch.chdir(ROOT)
     threads = torch.get_num_threads()
-
-    def load(name):
-        common = importlib.import_module('_common')
-        missing = [
-            c for n, c in common.MODEL_CONFIGS.items()
-            if n in common.QUICK_MODELS and not osp.isfile(osp.join(ROOT, c))
-        ]
-        if missing:
-            pytest.skip(f'configs not written yet: {missing}')
-        return importlib.import_module(name)
-
-    yield load
+    yield importlib.import_module
     torch.set_num_threads(threads)
 
 
@@ -48,23 +38,27 @@ def _table_rows(text, first_cell):
 
 
 def test_common_helpers(bench):
-    common = bench('_common')
-    table = common.markdown_table(['a', 'b'], [[1, 2.5]])
+    report, timing = bench('common.report'), bench('common.timing')
+    memory, cli = bench('common.memory'), bench('common.cli')
+    table = report.markdown_table(['a', 'b'], [[1, 2.5]])
     assert table.splitlines() == ['| a | b |', '|:---|---:|', '| 1 | 2.5 |']
-    stats = common.Stats([0.1, 0.2, 0.3, 0.4])
+    stats = timing.Stats([0.1, 0.2, 0.3, 0.4])
     assert stats.median == pytest.approx(0.25)
     assert stats.q1 == pytest.approx(0.175)
     assert stats.q3 == pytest.approx(0.325)
     assert stats.rate(10).startswith('40.0 [')
-    timed = common.measure(lambda: None, torch.device('cpu'), 1, 3)
+    timed = timing.measure(lambda: None, torch.device('cpu'), 1, 3)
     assert len(timed.times) == 3
-    grown = common.peak_memory(lambda: torch.ones(4_000_000).sum(),
+    grown = memory.peak_memory(lambda: torch.ones(4_000_000).sum(),
                                torch.device('cpu'))
     assert grown >= 8_000_000  # the 16 MB tensor shows in the RSS
     with pytest.raises(ValueError, match='unknown model'):
-        common.resolve_models(['NoSuchNet'], quick=False)
-    assert list(common.resolve_models(None, quick=True)) == list(
-        common.QUICK_MODELS)
+        cli.resolve_models(['NoSuchNet'], quick=False)
+    models = bench('common.models')
+    assert list(cli.resolve_models(None, quick=True)) == list(
+        models.QUICK_MODELS)
+    for config in models.MODEL_CONFIGS.values():
+        assert osp.isfile(osp.join(ROOT, config)), config
 
 
 def test_train_throughput(bench, tmp_path):
@@ -177,13 +171,13 @@ def test_run_gpu_script_syntax():
 def test_header_commit_without_git(bench, monkeypatch, tmp_path):
     # A GPU machine gets the working tree without .git: the header then
     # takes LECT_MM_COMMIT, or says that it cannot know.
-    common = bench('_common')
-    monkeypatch.setattr(common, 'REPO_ROOT', str(tmp_path))
+    report = bench('common.report')
+    monkeypatch.setattr(report, 'REPO_ROOT', str(tmp_path))
     monkeypatch.setenv('GIT_CEILING_DIRECTORIES', str(tmp_path.parent))
     monkeypatch.delenv('LECT_MM_COMMIT', raising=False)
-    assert common._git_commit() == 'unknown (no git checkout)'
+    assert report._git_commit() == 'unknown (no git checkout)'
     monkeypatch.setenv('LECT_MM_COMMIT', '2fa690c')
-    assert common._git_commit() == '2fa690c'
+    assert report._git_commit() == '2fa690c'
 
 
 def test_reference(bench):
@@ -200,9 +194,9 @@ def test_reference(bench):
 
 
 def test_measure_interleaved_takes_turns(bench):
-    common = bench('_common')
+    timing = bench('common.timing')
     calls = []
-    stats = common.measure_interleaved(
+    stats = timing.measure_interleaved(
         [lambda: calls.append('a'), lambda: calls.append('b')],
         torch.device('cpu'), warmup=1, repeats=2)
     assert calls == ['a', 'b', 'a', 'b', 'b', 'a']  # warm-up, then ABBA

@@ -1,6 +1,4 @@
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +8,7 @@ import torch.nn.functional as F
 from lect_mm.blocks import LeMSA, LeMSAv2
 from lect_mm.blocks.lemsa import _pool, resolve_impl
 from lect_mm.blocks.upsample import resize_grid_axis
+from lect_mm.models.convert import convert_attention_key
 
 
 def _randomize_bn(module):
@@ -401,40 +400,12 @@ def test_dropout_active_only_in_training():
     assert math.isclose(m.scale, 8**-0.5)
 
 
-REFERENCE_FILE = Path(__file__).parents[1] / 'reference' / 'lect_reference.py'
-
-# Reference (SPEC §7, under ``leatt.``) -> library key prefixes.
-KEY_MAPS = {
-    'v1': {'v_upsample.1.': 'query_upsampler.conv.',
-           'v_upsample.2.': 'query_upsampler.norm.'},
-    'v3': {'v_upsample.0.': 'query_upsampler.reduce.',
-           'v_upsample.2.': 'query_upsampler.deconv.',
-           'v_upsample.4.': 'query_upsampler.expand.'},
-    'v2': {'v_conv.': 'query_upsampler.conv.',
-           'v_bn.': 'query_upsampler.norm.'},
-}
-
-
-def _convert(state_dict, variant):
-    out = {}
-    for key, value in state_dict.items():
-        for old, new in KEY_MAPS[variant].items():
-            if key.startswith(old):
-                key = new + key[len(old):]
-        out[key] = value
-    return out
-
-
-@pytest.mark.skipif(
-    not REFERENCE_FILE.exists(), reason='tests/reference not present')
 @pytest.mark.parametrize('variant', ['v1', 'v2', 'v3'])
-def test_matches_shared_reference_layer_after_key_mapping(variant):
+def test_matches_shared_reference_layer_after_key_mapping(
+        variant, lect_reference):
     # tests/reference/lect_reference.py is a second, independent SPEC
     # implementation in the reference checkpoint layout.
-    spec = importlib.util.spec_from_file_location('lect_reference',
-                                                  REFERENCE_FILE)
-    ref_mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ref_mod)
+    ref_mod = lect_reference
     torch.manual_seed(0)
     if variant == 'v2':
         ref = ref_mod.LeAttV2(32, 2, 4, 'bicubic', 0.25)
@@ -446,7 +417,9 @@ def test_matches_shared_reference_layer_after_key_mapping(variant):
                      dict(type='ResizeDWConvUpsampler'))
         ours = LeMSA(32, 2, sr_ratio=4, query_upsampler=upsampler)
     ref_mod.randomize_(ref)
-    ours.load_state_dict(_convert(ref.state_dict(), variant), strict=True)
+    ours.load_state_dict({
+        convert_attention_key(key, variant): value
+        for key, value in ref.state_dict().items()}, strict=True)
     ref.eval()
     ours.eval()
     x = torch.randn(2, 8 * 12, 32)

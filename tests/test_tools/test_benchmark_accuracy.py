@@ -1,37 +1,29 @@
 """tools/benchmark_accuracy.py: configs per protocol, resumable runs, table.
 
-Training itself is stubbed here (each config trains one iteration in
+Training itself is stubbed here (each model trains one iteration in
 tests/test_configs); the stub writes what tools/train.py and tools/test.py
 write, so the orchestration, resumption and report are checked for real.
 """
-import importlib.util
 import json
 import os.path as osp
 
 import pytest
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+@pytest.fixture(scope='module')
+def ba(load_script):
+    return load_script('tools/benchmark_accuracy.py')
 
 
-def _load_tool():
-    path = osp.join(ROOT, 'tools', 'benchmark_accuracy.py')
-    spec = importlib.util.spec_from_file_location('benchmark_accuracy', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def test_every_model_has_a_config(ba):
+    assert sorted(ba.PROTOCOLS) == ['cpu', 'gpu']
+    for protocol in ba.PROTOCOLS:
+        for model in ba.MODELS:
+            assert osp.isfile(ba.config_path(protocol, model)), model
+        assert ba.PROTOCOLS[protocol]['models'][:2] == ['lect_v1', 'resnet']
 
 
-ba = _load_tool()
-
-
-@pytest.mark.parametrize('protocol', sorted(ba.PROTOCOLS))
-def test_every_model_has_a_config(protocol):
-    for model in ba.MODELS:
-        assert osp.isfile(ba.config_path(protocol, model)), model
-    assert ba.PROTOCOLS[protocol]['models'][:2] == ['lect_v1', 'resnet']
-
-
-def test_describe_counts_the_protocol_model():
+def test_describe_counts_the_protocol_model(ba):
     from mmengine.config import Config
     cfg = Config.fromfile(ba.config_path('cpu', 'lect_v1'))
     assert ba.input_size(cfg) == 64
@@ -44,7 +36,8 @@ def test_describe_counts_the_protocol_model():
 class FakeRuns:
     """Stands in for tools/train.py / tools/test.py subprocesses."""
 
-    def __init__(self, fail_on=None):
+    def __init__(self, run_failed, fail_on=None):
+        self.run_failed = run_failed
         self.calls = []
         self.fail_on = fail_on
 
@@ -53,7 +46,7 @@ class FakeRuns:
         model = osp.basename(config).split('_fashion_mnist')[0]
         self.calls.append((script, model, cmd))
         if (script, model) == self.fail_on:
-            raise ba.RunFailed('killed', 10.0)
+            raise self.run_failed('killed', 10.0)
         if script == 'tools/train.py':
             work_dir = cmd[cmd.index('--work-dir') + 1]
             with open(osp.join(work_dir, 'last_checkpoint'), 'w') as f:
@@ -66,8 +59,9 @@ class FakeRuns:
         return 1.0
 
 
-def test_interrupted_table_continues_where_it_stopped(tmp_path, monkeypatch):
-    fake = FakeRuns(fail_on=('tools/train.py', 'resnet'))
+def test_interrupted_table_continues_where_it_stopped(ba, tmp_path,
+                                                      monkeypatch):
+    fake = FakeRuns(ba.RunFailed, fail_on=('tools/train.py', 'resnet'))
     monkeypatch.setattr(ba, '_run', fake)
     monkeypatch.setattr(ba, 'describe', lambda config, opts: dict(
         params=1_000_000, flops=50_000_000, resolution=64, epochs=8,

@@ -1,5 +1,4 @@
 """get_flops: attention counted explicitly, and matches a hand count."""
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -8,20 +7,10 @@ import torch.nn as nn
 from mmengine.analysis import FlopAnalyzer
 
 import lect_mm  # noqa: F401
+from lect_mm.analysis import EXTRA_HANDLES, analyze
 from lect_mm.blocks import LeMSA, MultiheadSelfAttention
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _load_tool():
-    path = REPO / 'tools' / 'analysis_tools' / 'get_flops.py'
-    spec = importlib.util.spec_from_file_location('lect_get_flops', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = _load_tool()
 
 
 class TokenWrapper(nn.Module):
@@ -40,7 +29,7 @@ def test_lemsa_hand_count():
     C, m, K, H = 64, 2, 14, 56
     N, Nq, d = H * H, (H // K)**2, C // m
     layer = TokenWrapper(LeMSA(C, m, sr_ratio=K), (H, H))
-    result = tool.analyze(layer, (N, C))
+    result = analyze(layer, (N, C))
     ops = result['by_operator']
 
     assert result['literal_modules'] == 1
@@ -58,19 +47,18 @@ def test_sdpa_handle_equals_literal_count():
     """A fused attention without an impl switch is still counted."""
     N, C, m = 49, 64, 4
     msa = TokenWrapper(MultiheadSelfAttention(C, m), None)
-    literal = tool.analyze(msa, (N, C))['by_operator']
+    literal = analyze(msa, (N, C))['by_operator']
     analyzer = FlopAnalyzer(msa.eval(), (torch.randn(1, N, C), ))
-    analyzer.set_op_handle(**tool.EXTRA_HANDLES)
+    analyzer.set_op_handle(**EXTRA_HANDLES)
     analyzer.unsupported_ops_warnings(False)
     fused = analyzer.by_operator()
     assert fused['scaled_dot_product_attention'] == literal['matmul'] == \
         2 * m * N * N * (C // m)
 
 
-def test_cli_on_config(capsys):
+def test_cli_on_config(load_script, capsys):
     config = REPO / 'configs' / 'lect' / 'lect_v1_cifar10.py'
-    if not (REPO / 'configs' / '_base_' / 'default_runtime.py').exists():
-        pytest.skip('base runtime config not written yet')
+    tool = load_script('tools/analysis_tools/get_flops.py')
     result = tool.main([str(config), '--shape', '224', '224'])
     out = capsys.readouterr().out
     assert 'Params: 1.1516 M (1,151,562)' in out

@@ -1,10 +1,8 @@
-import importlib.util
-import os.path as osp
 import re
 
 import pytest
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+from lect_mm.analysis import count_flops
 
 TINY_LECT = """
 custom_imports = dict(imports=['lect_mm'], allow_failed_imports=False)
@@ -23,16 +21,9 @@ model = dict(
 """
 
 
-def _load(*parts):
-    path = osp.join(ROOT, 'tools', *parts)
-    name = osp.splitext(parts[-1])[0]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mt = _load('analysis_tools', 'model_table.py')
+@pytest.fixture(scope='module')
+def mt(load_script):
+    return load_script('tools/analysis_tools/model_table.py')
 
 
 @pytest.fixture(scope='module')
@@ -42,7 +33,7 @@ def config(tmp_path_factory):
     return str(path)
 
 
-def test_params_flops_throughput(config, tmp_path, capsys):
+def test_params_flops_throughput(mt, config, tmp_path, capsys):
     plot = tmp_path / 'models.png'
     table = mt.main([
         config, '--shape', '32', '--throughput', '--batch-size', '2',
@@ -64,8 +55,7 @@ def test_params_flops_throughput(config, tmp_path, capsys):
     cfg.merge_from_dict({'model.head.num_classes': 5})
     model = get_model(cfg)
     params = sum(p.numel() for p in model.parameters())
-    flops = _load('analysis_tools', 'get_flops.py').count_flops(
-        model, (3, 32, 32))
+    flops = count_flops(model, (3, 32, 32))
     assert flops > 0
     cells = [c.strip() for c in lines[2].strip('|').split('|')]
     assert cells[0] == 'tiny_lect'
@@ -80,7 +70,7 @@ def test_params_flops_throughput(config, tmp_path, capsys):
     assert row['flops'] is None and row['throughput'] is None
 
 
-def test_markdown_format_and_args():
+def test_markdown_format_and_args(mt):
     rows = [
         dict(name='a', config='a.py', params=1_151_600, flops=261_000_000,
              throughput=None),
@@ -111,7 +101,7 @@ def test_markdown_format_and_args():
 
 
 def test_failing_config_gets_a_row_and_the_rest_is_measured(
-        config, tmp_path, capsys):
+        mt, config, tmp_path, capsys):
     broken = tmp_path / 'broken.py'
     broken.write_text(TINY_LECT.replace("type='LeCT'", "type='LeCTT'"))
     missing = str(tmp_path / 'missing.py')

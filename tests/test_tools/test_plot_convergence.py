@@ -1,21 +1,11 @@
-import importlib.util
 import json
-import os.path as osp
 
 import pytest
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-
-def _load_tool():
-    path = osp.join(ROOT, 'tools', 'analysis_tools', 'plot_convergence.py')
-    spec = importlib.util.spec_from_file_location('plot_convergence', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-pc = _load_tool()
+@pytest.fixture(scope='module')
+def pc(load_script):
+    return load_script('tools/analysis_tools/plot_convergence.py')
 
 
 def _write_run(work_dir, stamp, val, losses, iters_per_epoch=2):
@@ -41,7 +31,7 @@ def _png_size(path):
     return img.shape[1], img.shape[0]
 
 
-def test_table_plot_and_threshold(tmp_path, capsys):
+def test_table_plot_and_threshold(pc, tmp_path, capsys):
     fast = tmp_path / 'fast'
     slow = tmp_path / 'slow'
     _write_run(fast, '20240101_000000',
@@ -64,7 +54,7 @@ def test_table_plot_and_threshold(tmp_path, capsys):
     assert _png_size(out) == (300, 150)
 
 
-def test_loss_is_epoch_mean(tmp_path):
+def test_loss_is_epoch_mean(pc, tmp_path):
     _write_run(tmp_path / 'w', '20240101_000000', {1: 1.0, 2: 2.0},
                {1: [2.0, 1.0], 2: [1.0, 0.5]})
     run = pc.load_run(str(tmp_path / 'w'))
@@ -72,7 +62,7 @@ def test_loss_is_epoch_mean(tmp_path):
     assert run['loss'] == pytest.approx({1: 1.5, 2: 0.75})
 
 
-def test_resumed_runs_merge_by_epoch(tmp_path):
+def test_resumed_runs_merge_by_epoch(pc, tmp_path):
     w = tmp_path / 'w'
     # First run crashed during epoch 3; the resumed run restarts at epoch 3.
     _write_run(w, '20240101_000000', {1: 10.0, 2: 20.0},
@@ -86,7 +76,7 @@ def test_resumed_runs_merge_by_epoch(tmp_path):
     assert latest['val'] == {3: 30.0, 4: 40.0}
 
 
-def test_fresh_restart_ignores_older_runs(tmp_path):
+def test_fresh_restart_ignores_older_runs(pc, tmp_path):
     w = tmp_path / 'w'
     _write_run(w, '20240101_000000', {1: 5.0, 2: 6.0, 3: 7.0},
                {1: [1.0], 2: [1.0], 3: [1.0]})
@@ -96,7 +86,7 @@ def test_fresh_restart_ignores_older_runs(tmp_path):
     assert run['val'] == {1: 50.0}
 
 
-def test_errors(tmp_path):
+def test_errors(pc, tmp_path):
     with pytest.raises(FileNotFoundError, match='does not exist'):
         pc.load_run(str(tmp_path / 'missing'))
     (tmp_path / 'empty').mkdir()

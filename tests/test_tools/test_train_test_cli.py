@@ -1,6 +1,5 @@
 """tools/train.py, tools/test.py and tools/dist_train.sh on the CPU."""
 import contextlib
-import importlib.util
 import json
 import os
 import os.path as osp
@@ -22,16 +21,14 @@ cpu_only = pytest.mark.skipif(
     torch.cuda.is_available(), reason='tests the CPU path')
 
 
-def _load_tool(name):
-    spec = importlib.util.spec_from_file_location(
-        f'lect_tools_{name}', osp.join(REPO, 'tools', f'{name}.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope='module')
+def train_tool(load_script):
+    return load_script('tools/train.py')
 
 
-train_tool = _load_tool('train')
-test_tool = _load_tool('test')
+@pytest.fixture(scope='module')
+def test_tool(load_script):
+    return load_script('tools/test.py')
 
 
 def _log_text(work_dir):
@@ -63,7 +60,7 @@ def restored_local_rank():
 
 
 @pytest.mark.parametrize('flag', ['--local-rank', '--local_rank'])
-def test_both_local_rank_spellings(flag):
+def test_both_local_rank_spellings(train_tool, test_tool, flag):
     args = train_tool.parse_args([TINY, flag, '3'])
     assert args.local_rank == 3
     assert os.environ['LOCAL_RANK'] == '3'
@@ -72,7 +69,7 @@ def test_both_local_rank_spellings(flag):
     assert args.local_rank == 2
 
 
-def test_merge_args_defaults_and_flags():
+def test_merge_args_defaults_and_flags(train_tool):
     from mmengine.config import Config
     args = train_tool.parse_args(
         [TINY, '--amp', '--resume', '--auto-scale-lr'])
@@ -95,7 +92,7 @@ def test_merge_args_defaults_and_flags():
 
 # -------------------------------------- train -> test -> resume -> load_from
 @pytest.fixture(scope='module')
-def trained(tmp_path_factory):
+def trained(train_tool, tmp_path_factory):
     work_dir = str(tmp_path_factory.mktemp('cli_train'))
     with _restored_local_rank():
         runner = train_tool.main([
@@ -113,7 +110,7 @@ def test_train_writes_checkpoints(trained):
     assert 'Training took' in _log_text(trained)
 
 
-def test_test_tool_on_a_written_checkpoint(trained, tmp_path):
+def test_test_tool_on_a_written_checkpoint(test_tool, trained, tmp_path):
     out = str(tmp_path / 'preds.pkl')
     metrics = test_tool.main([
         TINY, osp.join(trained, 'epoch_1.pth'), '--work-dir',
@@ -124,7 +121,8 @@ def test_test_tool_on_a_written_checkpoint(trained, tmp_path):
     assert osp.getsize(out) > 0
 
 
-def test_resume_and_load_from_a_written_checkpoint(trained, tmp_path):
+def test_resume_and_load_from_a_written_checkpoint(train_tool, trained,
+                                                   tmp_path):
     resumed_dir = str(tmp_path / 'resumed')
     runner = train_tool.main([
         TINY, '--work-dir', resumed_dir, '--resume',
@@ -166,7 +164,7 @@ class AutocastProbeHook(Hook):
 
 
 @cpu_only
-def test_amp_training_on_cpu_runs_under_bf16(tmp_path):
+def test_amp_training_on_cpu_runs_under_bf16(train_tool, tmp_path):
     config = tmp_path / 'amp_probe.py'
     config.write_text(
         f"_base_ = [{TINY!r}]\n"
@@ -189,7 +187,7 @@ def test_amp_training_on_cpu_runs_under_bf16(tmp_path):
 
 
 # ------------------------------------------------------ errors users meet
-def test_unknown_config_key_is_named(tmp_path):
+def test_unknown_config_key_is_named(train_tool, tmp_path):
     with pytest.raises(ConfigError) as info:
         train_tool.main([
             TINY, '--work-dir',
@@ -200,7 +198,7 @@ def test_unknown_config_key_is_named(tmp_path):
         "model.backbone.foo: ResNet has no argument 'foo'.")
 
 
-def test_misspelt_type_is_named(tmp_path):
+def test_misspelt_type_is_named(train_tool, tmp_path):
     with pytest.raises(ConfigError) as info:
         train_tool.main([
             TINY, '--work-dir',
@@ -319,7 +317,7 @@ def test_ci_runs_the_readme_test_command():
 
 
 # ---------------------------------------------------------- compile switch
-def test_compile_switch_becomes_compile_model_hook():
+def test_compile_switch_becomes_compile_model_hook(train_tool):
     from mmengine.config import Config
     for value, kwargs in ((True, {}), (dict(mode='max-autotune'),
                                        dict(mode='max-autotune'))):
@@ -334,7 +332,8 @@ def test_compile_switch_becomes_compile_model_hook():
         ]
 
 
-def test_compile_switch_trains_with_backbone_and_neck_compiled(tmp_path):
+def test_compile_switch_trains_with_backbone_and_neck_compiled(
+        train_tool, tmp_path):
     # backend='eager' runs dynamo's capture without inductor's code
     # generation, so the test stays fast; the default backend takes ~30 s.
     runner = train_tool.main([

@@ -1,12 +1,7 @@
-import importlib.util
-import os.path as osp
-
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
-
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 TINY_LECT = """
 custom_imports = dict(imports=['lect_mm'], allow_failed_imports=False)
@@ -29,15 +24,9 @@ test_dataloader = dict(dataset=dict(type='Digits', split='val',
 """
 
 
-def _load_tool():
-    path = osp.join(ROOT, 'tools', 'visualization', 'vis_attention.py')
-    spec = importlib.util.spec_from_file_location('vis_attention', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-va = _load_tool()
+@pytest.fixture(scope='module')
+def va(load_script):
+    return load_script('tools/visualization/vis_attention.py')
 
 
 @pytest.fixture(scope='module')
@@ -56,7 +45,7 @@ def _png_size(path):
     return img.shape[1], img.shape[0]
 
 
-def test_lemsa_maps_and_png(files, capsys):
+def test_lemsa_maps_and_png(va, files, capsys):
     out = files / 'lemsa.png'
     res = va.main([
         str(files / 'img.png'), str(files / 'tiny_lect.py'), '--queries',
@@ -91,7 +80,7 @@ def test_lemsa_maps_and_png(files, capsys):
                                records[0]['attn'][0, :, 6].reshape(1, 8, 8))
 
 
-def test_recording_matches_literal_and_keeps_output(files):
+def test_recording_matches_literal_and_keeps_output(va, files):
     from mmengine.config import Config
     cfg = Config.fromfile(str(files / 'tiny_lect.py'))
     model = va.load_model(cfg)
@@ -114,7 +103,7 @@ def test_recording_matches_literal_and_keeps_output(files):
                                    rtol=1e-5)
 
 
-def test_plain_msa_via_cfg_options(files):
+def test_plain_msa_via_cfg_options(va, files):
     out = files / 'msa.png'
     res = va.main([
         str(files / 'img.png'), str(files / 'tiny_lect.py'), '--stage', '1',
@@ -159,7 +148,7 @@ class _ToyCeiT(nn.Module):
         return x
 
 
-def test_sdpa_wrapper_for_attention_without_switch():
+def test_sdpa_wrapper_for_attention_without_switch(va):
     torch.manual_seed(0)
     model = _ToyCeiT().eval()
     x = torch.randn(1, 3, 12, 8)
@@ -192,14 +181,7 @@ def test_sdpa_wrapper_for_attention_without_switch():
                                                        (1, (2, 1))]
 
 
-def test_ceit_backbone(files):
-    from mmpretrain.registry import MODELS
-    try:
-        import lect_mm.models.backbones.ceit  # noqa: F401
-    except Exception as e:  # the CeiT backbone is optional here
-        pytest.skip(f'CeiT backbone not importable: {e}')
-    if MODELS.get('CeiT') is None:
-        pytest.skip('CeiT not registered')
+def test_ceit_backbone(va, files):
     (files / 'tiny_ceit.py').write_text(
         "_base_ = ['./tiny_lect.py']\n"
         "custom_imports = dict(imports=['lect_mm', "
@@ -220,7 +202,7 @@ def test_ceit_backbone(files):
     assert _png_size(out) == (3 * 40 + 56, 2 * 40 + 24)
 
 
-def test_queries_and_cells():
+def test_queries_and_cells(va):
     assert va.parse_query('0.25,0.5') == ('rel', (0.25, 0.5))
     assert va.parse_query('1,-1') == ('idx', (1, -1))
     assert va.query_cell(('rel', (1.0, 0.0)), (4, 3)) == (3, 0)
@@ -245,7 +227,7 @@ def test_queries_and_cells():
         va.query_grid(lemsa, (7, 8), 5)
 
 
-def test_stage_and_block_errors():
+def test_stage_and_block_errors(va):
     recs = [dict(hw=(4, 4), query_grid=(4, 4), attn=torch.ones(1, 1, 16, 16),
                  num_extra=0, module=nn.Identity())]
     with pytest.raises(ValueError, match=r'choose from \[0\]'):

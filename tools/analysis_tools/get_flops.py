@@ -24,9 +24,7 @@ from typing import Dict, Sequence
 from mmengine.analysis.print_helper import complexity_stats_table
 from mmengine.config import DictAction
 
-from lect_mm.analysis import (  # noqa: F401  (re-exported for scripts)
-    EXTRA_HANDLES, analyze, build_model, count_flops, literal_attention,
-    sdpa_flop_jit)
+from lect_mm.analysis import analyze, build_model
 
 
 def report(result: Dict, input_shape: Sequence[int],

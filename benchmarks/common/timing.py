@@ -1,0 +1,123 @@
+"""Timing: warm-up calls, then timed calls; median and inter-quartile range.
+
+On CUDA each call is bracketed by CUDA events on the current stream and the
+device is synchronised after every call, so a figure is the GPU time of one
+call (including any gaps where the GPU waits for Python). On CPU it is
+``time.perf_counter`` wall time.
+"""
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Sequence
+
+import torch
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+@dataclass
+class Stats:
+    """Per-call times in seconds and their summary."""
+    times: List[float] = field(default_factory=list)
+
+    def _q(self, p: float) -> float:
+        xs = sorted(self.times)
+        if len(xs) == 1:
+            return xs[0]
+        pos = p * (len(xs) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(xs) - 1)
+        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def q1(self) -> float:
+        return self._q(0.25)
+
+    @property
+    def q3(self) -> float:
+        return self._q(0.75)
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+    @property
+    def max(self) -> float:
+        return max(self.times)
+
+    def ms(self) -> str:
+        """``median [q1–q3]`` in milliseconds."""
+        return (f'{self.median * 1e3:.2f} '
+                f'[{self.q1 * 1e3:.2f}–{self.q3 * 1e3:.2f}]')
+
+    def rate(self, items: int) -> str:
+        """Items per second: ``median [IQR]`` (the IQR of the rate)."""
+        return (f'{fmt_rate(items / self.median)} '
+                f'[{fmt_rate(items / self.q3)}–{fmt_rate(items / self.q1)}]')
+
+
+def fmt_rate(x: float) -> str:
+    """A rate with three significant digits and thousands separators."""
+    if x >= 100:
+        return f'{x:,.0f}'
+    return f'{x:.1f}' if x >= 10 else f'{x:.2f}'
+
+
+def _time_call(fn: Callable[[], object], device: torch.device) -> float:
+    """Seconds of one ``fn()``: CUDA events (synchronised) or perf_counter."""
+    if device.type == 'cuda':
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def measure(fn: Callable[[], object],
+            device: torch.device,
+            warmup: int = 3,
+            repeats: int = 10) -> Stats:
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones.
+
+    CUDA: events around each call, synchronised after each call. CPU:
+    ``perf_counter``.
+    """
+    return measure_interleaved([fn], device, warmup, repeats)[0]
+
+
+def measure_interleaved(fns: Sequence[Callable[[], object]],
+                        device: torch.device,
+                        warmup: int = 3,
+                        repeats: int = 10) -> List[Stats]:
+    """Time several competitors in turns, so that a drift of the machine's
+    load (CPU) or clocks (GPU) during the measurement affects all of them
+    alike. The order reverses every round (``A B``, ``B A``, ``A B``...):
+    a call right after another model's can pay for what that one left
+    behind (on the CPU, e.g. fresh pages for the memory it freed), and
+    alternating shares that cost out evenly. Warm-up calls first, in the
+    given order."""
+    if repeats < 1:
+        raise ValueError(f'repeats must be >= 1, got {repeats}')
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    synchronize(device)
+    stats = [Stats() for _ in fns]
+    order = list(range(len(fns)))
+    for _ in range(repeats):
+        for i in order:
+            stats[i].times.append(_time_call(fns[i], device))
+        order.reverse()
+    return stats

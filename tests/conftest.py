@@ -1,0 +1,94 @@
+"""Fixtures shared by the whole suite.
+
+Scripts (``tools/*.py``) and the reference model of ``tests/reference`` are
+files, not modules of an importable package: :func:`load_script` imports
+them by path, once per session. :func:`same_outputs_and_grads` checks a
+backbone's gradient checkpointing. Fixtures of the data-set tests live in
+``tests/test_datasets/conftest.py``.
+"""
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _import_file(relpath: str):
+    path = REPO / relpath
+    if not path.is_file():
+        raise FileNotFoundError(f'{relpath} not found in {REPO}')
+    # A name of its own: tools/test.py must not shadow the stdlib's ``test``.
+    name = 'lect_mm_script_' + relpath.replace('/', '_').removesuffix('.py')
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope='session')
+def load_script():
+    """``load_script('tools/train.py')``: the script as a module.
+
+    Each file is executed once per session; later calls return the same
+    module.
+    """
+    cache = {}
+
+    def load(relpath: str):
+        if relpath not in cache:
+            cache[relpath] = _import_file(relpath)
+        return cache[relpath]
+
+    return load
+
+
+@pytest.fixture(scope='session')
+def lect_reference(load_script):
+    """``tests/reference/lect_reference.py``: the reference-layout LeCT."""
+    return load_script('tests/reference/lect_reference.py')
+
+
+def _same_outputs_and_grads(plain, checkpointed, x, block):
+    """Load ``plain``'s weights into ``checkpointed`` (the same backbone
+    with ``with_cp=True``), run both in train mode from the same seed, and
+    check that the outputs, the input gradient and every parameter gradient
+    agree, and that ``checkpointed`` re-ran the submodule ``block`` in
+    backward (two forward calls against one)."""
+    checkpointed.load_state_dict(plain.state_dict())
+    results = []
+    for model in (plain, checkpointed):
+        calls = []
+        hook = model.get_submodule(block).register_forward_pre_hook(
+            lambda *args: calls.append(1))
+        model.train()
+        inputs = x.clone().requires_grad_()
+        torch.manual_seed(0)  # the same dropout masks, if any
+        outs = model(inputs)
+        weights = torch.Generator().manual_seed(1)
+        loss = sum((out * torch.randn(out.shape, generator=weights)).sum()
+                   for out in outs)
+        loss.backward()
+        hook.remove()
+        results.append((outs, inputs.grad, len(calls),
+                        {n: p.grad for n, p in model.named_parameters()}))
+    (outs_a, x_grad_a, calls_a, grads_a), (outs_b, x_grad_b, calls_b,
+                                           grads_b) = results
+    assert (calls_a, calls_b) == (1, 2), 'no checkpointing in backward'
+    for out_a, out_b in zip(outs_a, outs_b):
+        torch.testing.assert_close(out_b, out_a)
+    torch.testing.assert_close(x_grad_b, x_grad_a)
+    assert grads_a.keys() == grads_b.keys()
+    for name, grad in grads_a.items():
+        assert (grad is None) == (grads_b[name] is None), name
+        if grad is not None:
+            torch.testing.assert_close(grads_b[name], grad, msg=name)
+
+
+@pytest.fixture(scope='session')
+def same_outputs_and_grads():
+    """``same_outputs_and_grads(plain, checkpointed, x, block)``: gradient
+    checkpointing (``with_cp=True``) changes neither outputs nor gradients,
+    and does recompute ``block`` in backward."""
+    return _same_outputs_and_grads

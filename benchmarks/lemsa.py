@@ -42,7 +42,7 @@ from einops import rearrange
 
 from lect_mm.blocks import LeMSA
 from lect_mm.blocks.lemsa import _pool, upsampled_key_attention
-from lect_mm.blocks.utils import IMPLS  # the two paths compared
+from lect_mm.blocks.functional import IMPLS  # the two paths compared
 
 # LeCT v1 stages (SPEC §6): (embed_dims, num_heads, sr_ratio K, stride from
 # the input image).

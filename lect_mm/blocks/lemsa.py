@@ -29,10 +29,11 @@ from mmpretrain.registry import MODELS
 from .dropout import FastDropout
 from .upsample import (MATMUL_RESIZE_MAX_CELLS, SVConvTransposeUpsampler,
                        check_resize_mode, resize, resize_grid_axis)
-from .utils import IMPLS, attend, check_choice
+from .functional import IMPLS, attend
+from .utils import check_choice
 
 QKV_MODES = ('sequential', 'parallel')
-#: LeMSA's attention paths: :data:`~lect_mm.blocks.utils.IMPLS` and
+#: LeMSA's attention paths: :data:`~lect_mm.blocks.functional.IMPLS` and
 #: ``'auto'``, which picks one per call (see :func:`resolve_impl`).
 LEMSA_IMPLS = ('auto', ) + IMPLS
 

@@ -36,7 +36,8 @@ from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 
-from .utils import is_compiling, to_pair
+from .functional import is_compiling
+from .utils import to_pair
 
 RESIZE_MODES = ('nearest', 'bilinear', 'bicubic')
 

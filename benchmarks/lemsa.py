@@ -10,9 +10,10 @@ range in milliseconds, and the peak memory of one call.
 Two scopes (``--scopes``): ``layer`` is the whole LeMSA layer (projections,
 depthwise convs, norms, pooling, query upsampler, skip: everything the
 model runs); ``core`` is only the part in which the two paths differ,
-:func:`lect_mm.blocks.lemsa.upsampled_key_attention` (key-axis resize,
-logits, softmax, ``A·V``), on pooled queries/keys and values laid out as
-the layer lays them out (channels_last maps, a view of the value tokens).
+:func:`lect_mm.blocks.pooled_attention.pooled_key_attention` (key-axis
+resize, logits, softmax, ``A·V``), on pooled queries/keys and values laid
+out as the layer lays them out (channels_last maps, a view of the value
+tokens).
 
 Peak memory is the same quantity on both devices: the largest amount of
 tensor memory allocated during the call on top of what was live before it
@@ -44,8 +45,8 @@ from common.timing import measure, synchronize
 from einops import rearrange
 
 from lect_mm.blocks import LeMSA
-from lect_mm.blocks.lemsa import _pool, upsampled_key_attention
-from lect_mm.blocks.utils import IMPLS  # the two paths compared
+from lect_mm.blocks.functional import IMPLS  # the two paths compared
+from lect_mm.blocks.pooled_attention import pool_map, pooled_key_attention
 
 # LeCT v1 stages (SPEC §6): (embed_dims, num_heads, sr_ratio K, stride from
 # the input image).
@@ -134,8 +135,8 @@ def make_core_call(impl: str, stage: dict, hw: Tuple[int, int], args,
 
     def pooled_map():  # channels_last map, as pooling the layer's maps gives
         tokens = torch.randn(args.batch_size, n, c, device=device)
-        return _pool(rearrange(tokens, 'b (h w) c -> b c h w', h=hw[0]), k,
-                     None, 'avg')
+        return pool_map(rearrange(tokens, 'b (h w) c -> b c h w', h=hw[0]),
+                        k, None, 'avg')
 
     q_map, k_map = pooled_map(), pooled_map()
     v_tokens = torch.randn(args.batch_size, n, c, device=device)
@@ -149,8 +150,8 @@ def make_core_call(impl: str, stage: dict, hw: Tuple[int, int], args,
     def core():
         q = rearrange(q_map, 'b (m d) h w -> b m (h w) d', m=m)
         v = rearrange(v_tokens, 'b n (m d) -> b m n d', m=m)
-        out, _ = upsampled_key_attention(q, k_map, v, hw, 'bilinear',
-                                         c**-0.5, dropout, impl)
+        out, _ = pooled_key_attention(q, k_map, v, hw, 'bilinear', c**-0.5,
+                                      dropout, impl)
         return out
 
     if not train:

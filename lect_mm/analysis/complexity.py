@@ -23,7 +23,8 @@ from mmengine.analysis import FlopAnalyzer, parameter_count
 from mmengine.analysis.jit_handles import elementwise_flop_counter, get_shape
 from mmengine.config import Config
 
-from lect_mm.blocks.lemsa import LEMSA_IMPLS as IMPL_CHOICES  # ⊇ IMPLS
+from lect_mm.blocks.pooled_attention import \
+    LEMSA_IMPLS as IMPL_CHOICES  # ⊇ IMPLS
 
 
 def sdpa_flop_jit(inputs, outputs) -> int:

@@ -29,7 +29,8 @@ from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
 from .dropout import FastDropout
-from .utils import IMPLS, attend, check_choice
+from .functional import IMPLS, attend
+from .utils import check_choice
 
 
 def _drop_path(rate: float) -> nn.Module:

@@ -13,7 +13,8 @@ from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 from .dropout import FastDropout
-from .utils import IMPLS, attend, check_choice
+from .functional import IMPLS, attend
+from .utils import check_choice
 
 
 @MODELS.register_module()

@@ -19,7 +19,8 @@ from mmpretrain.registry import MODELS
 
 from .attention import MultiheadSelfAttention
 from .ffn import LeFFN
-from .utils import attend, build_attention, conv_out_size
+from .functional import attend
+from .utils import build_attention, conv_out_size
 
 
 @MODELS.register_module()

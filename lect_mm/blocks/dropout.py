@@ -10,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from mmpretrain.registry import MODELS
-from .utils import is_compiling
+from .functional import is_compiling
 
 _LEVELS = 1 << 15  # the mask's draws are uniform on [0, 2**15 - 1]
 # Below this many elements the mask's few extra kernel calls cost more than

@@ -1,14 +1,10 @@
-"""Query-axis upsamplers of LeMSA (LeCT report §3.3 and Appendix "LeCTv3").
+"""Resizes and the query-axis upsamplers of LeMSA (LeCT report §3.3,
+Appendix "LeCTv3").
 
-LeMSA attends with ``h' x w'`` pooled queries; the attention output, a
-``(B, C, h', w')`` map, is brought back to the ``(B, C, H, W)`` token grid by
-one of these interchangeable components. Each is registered in mmpretrain's
-``MODELS`` and is built by :class:`~lect_mm.blocks.LeMSA` with
-``MODELS.build(cfg, default_args=dict(channels=C))``; all share the call
-``forward(x, out_size)``.
-
-Submodule names and the matching keys of the reference checkpoint
-(``blocksI.J.leatt.v_upsample.*``, SPEC §7):
+A query upsampler brings LeMSA's ``(B, C, h', w')`` attention output back
+to the ``(B, C, H, W)`` token grid; all are registered, built with
+``channels=C`` and called as ``forward(x, out_size)``. Their keys in the
+reference checkpoint (``blocksI.J.leatt.v_upsample.*``):
 
 =========================  ===========================  ===================
 upsampler                  library key                  reference key
@@ -20,9 +16,8 @@ SVConvTransposeUpsampler   ``reduce.weight``            ``v_upsample.0.weight``
                            ``expand.weight``            ``v_upsample.4.weight``
 =========================  ===========================  ===================
 
-LeCTv2 keeps its query upsampler inline in the reference (``leatt.v_conv``,
-``leatt.v_bn``); they map to ``conv`` and ``norm`` of a
-:class:`ResizeDWConvUpsampler`.
+LeCT v2's inline ``leatt.v_conv`` / ``leatt.v_bn`` map to ``conv`` / ``norm``
+of a :class:`ResizeDWConvUpsampler`.
 """
 from collections import OrderedDict
 from typing import Optional, Sequence, Tuple, Union
@@ -36,16 +31,13 @@ from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 
-from .utils import is_compiling, to_pair
+from .functional import is_compiling
+from .utils import to_pair
 
 RESIZE_MODES = ('nearest', 'bilinear', 'bicubic')
 
-#: Modes that :func:`resize` runs as one matmul with the interpolation
-#: matrix when the source grid is small. torch's bicubic kernels are slow:
-#: on the 2-core CPU of ``docs/benchmarks/cpu.md`` a forward+backward
-#: 4x4 -> 56x56 bicubic resize of (64, 64) channels took 232 ms with
-#: ``F.interpolate`` and 23 ms as a matmul (bilinear: 21 ms vs 27 ms, so
-#: bilinear keeps ``F.interpolate``).
+#: Modes that :func:`resize` runs as a matmul on small grids (torch's CPU
+#: bicubic kernels are slow; docs/lemsa.md).
 MATMUL_RESIZE_MODES = ('bicubic', )
 #: Largest source grid ``h * w`` resized by a matmul (the matrix has
 #: ``h * w * H * W`` entries; LeMSA's pooled grids have 16 to 49 cells).
@@ -80,9 +72,8 @@ def _interpolate(x: torch.Tensor, size: Tuple[int, int],
 
 
 def _resize_by_matrix(cells: int) -> bool:
-    """Whether a resize from a grid of ``cells`` cells runs as a matmul:
-    small grids, and not under tracing, so that FLOP counters see the
-    resize the architecture specifies."""
+    """Small grids resize as a matmul, except under tracing, where FLOP
+    counters must see the resize op the architecture specifies."""
     return cells <= MATMUL_RESIZE_MAX_CELLS and not torch.jit.is_tracing()
 
 
@@ -94,10 +85,8 @@ def interpolation_matrix(in_size: Tuple[int, int],
     """The ``(h*w, H*W)`` matrix ``M`` of a resize: ``out = x @ M``.
 
     Built by resizing the identity basis with ``F.interpolate``, so it holds
-    exactly the weights ``F.interpolate`` uses (bicubic's border clamping
-    included): for a map ``x`` of shape ``(B, C, h, w)``,
-    ``x.flatten(2) @ M`` equals ``resize(x).flatten(2)`` up to rounding.
-    Matrices are cached per sizes, mode, device and dtype (the last 32).
+    exactly ``F.interpolate``'s weights (bicubic's border clamping
+    included). The last 32 are cached per sizes, mode, device and dtype.
 
     Args:
         in_size (tuple[int, int]): Source grid ``(h, w)``.
@@ -134,16 +123,12 @@ def interpolation_matrix(in_size: Tuple[int, int],
 def resize(x: torch.Tensor, size: Tuple[int, int], mode: str) -> torch.Tensor:
     """Resize a ``(B, C, h, w)`` map to exactly ``size``.
 
-    ``align_corners=False`` for the (bi)linear/cubic modes, as the reference's
-    ``nn.Upsample(scale_factor=K)``. When ``size`` is an integer multiple of
-    the input size, resizing to ``size`` equals ``scale_factor=K`` (bit for
-    bit with ``F.interpolate``; tested).
-
-    Modes in :data:`MATMUL_RESIZE_MODES` with a source grid of at most
+    ``align_corners=False`` as the reference's ``nn.Upsample(scale_factor=K)``,
+    which it equals for integer multiples. Modes in
+    :data:`MATMUL_RESIZE_MODES` on grids of at most
     :data:`MATMUL_RESIZE_MAX_CELLS` cells run as one matmul with
-    :func:`interpolation_matrix` (same weights, about 10x faster forward +
-    backward for bicubic on a CPU) and return a ``channels_last`` map; all
-    else, and any resize under tracing, runs ``F.interpolate``.
+    :func:`interpolation_matrix` (same weights) and return a
+    ``channels_last`` map; the rest runs ``F.interpolate``.
 
     Args:
         x (torch.Tensor): Input map ``(B, C, h, w)``.
@@ -169,16 +154,11 @@ def resize_grid_axis(x: torch.Tensor, in_size: Tuple[int, int],
     """Resize the last axis of ``x``, a flattened ``h x w`` grid.
 
     ``x`` has shape ``(..., h*w)`` and the result ``(..., H*W)``: each row
-    is resized as an ``h x w`` map with :func:`resize`'s weights. LeMSA's
-    literal path resizes its logit map along the key axis this way. For
-    source grids of at most :data:`MATMUL_RESIZE_MAX_CELLS` cells (every
-    mode) it is one matmul with :func:`interpolation_matrix`: the rows stay
-    contiguous, and forward and backward are plain GEMMs. On the 2-core CPU
-    this took LeMSA's literal attention core (forward+backward, batch 64)
-    from 99 to 62 ms at LeCT v1's stage 1 and from 40 to 19 ms at stage 2,
-    against ``F.interpolate`` on the channels-first map the rows form.
-    Larger grids, and tracing (so that FLOP counters see the resize the
-    architecture specifies), use ``F.interpolate``.
+    is resized as an ``h x w`` map with :func:`resize`'s weights (LeMSA's
+    literal path resizes its logit map along the key axis this way). On
+    grids of at most :data:`MATMUL_RESIZE_MAX_CELLS` cells, in every mode,
+    it is one matmul with :func:`interpolation_matrix`, so forward and
+    backward are plain GEMMs on contiguous rows.
 
     Args:
         x (torch.Tensor): Rows over the flattened grid ``(..., h*w)``.
@@ -207,7 +187,7 @@ def resize_grid_axis(x: torch.Tensor, in_size: Tuple[int, int],
 
 @MODELS.register_module()
 class ResizeUpsampler(BaseModule):
-    """Plain resize of the attention output (query upsampler 1 of SPEC §3).
+    """Plain resize of the attention output (report §3.3).
 
     Args:
         channels (int): Number of channels (kept for a uniform interface; the
@@ -233,10 +213,8 @@ class ResizeUpsampler(BaseModule):
 
 @MODELS.register_module()
 class ResizeDWConvUpsampler(BaseModule):
-    """Resize, depthwise conv, norm: the LeCT v1/v2 query upsampler.
-
-    Resize to ``(H, W)`` → depthwise ``k x k`` conv (no bias) → BatchNorm
-    (report §3.3, query-axis upsampling; SPEC §3 item 2).
+    """Resize → depthwise ``k x k`` conv (no bias) → norm: the LeCT v1/v2
+    query upsampler (report §3.3).
 
     Args:
         channels (int): Number of channels ``C``.

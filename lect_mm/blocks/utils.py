@@ -1,4 +1,4 @@
-"""Config helpers shared by the blocks and backbones that build sub-blocks.
+"""Config and argument helpers of the blocks and backbones.
 
 A block that builds a swappable sub-block (``attn_cfg=dict(type=...)``) has
 block-level arguments such as ``num_heads`` or ``attn_drop_rate``; they are
@@ -10,9 +10,7 @@ import copy
 import inspect
 from typing import Optional, Sequence, Tuple, Union
 
-import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from mmengine.utils import to_2tuple
 
 from mmpretrain.registry import MODELS
@@ -93,22 +91,6 @@ def build_attention(attn_cfg: dict, embed_dims: int, num_heads: int,
     return MODELS.build(cfg, default_args=dict(embed_dims=embed_dims))
 
 
-#: The attention implementations every attention block offers.
-IMPLS = ('fused', 'literal')
-
-
-def is_compiling() -> bool:
-    """Whether ``torch.compile`` is tracing the caller.
-
-    Paths that dynamo cannot trace (in-place RNG, module-level caches) take
-    their plain-torch branch then.
-    """
-    compiler = getattr(torch, 'compiler', None)
-    if hasattr(compiler, 'is_compiling'):
-        return compiler.is_compiling()
-    return torch._dynamo.is_compiling()  # torch < 2.3
-
-
 def conv_out_size(size: int, kernel: int, stride: int = 1,
                   padding: int = 0) -> int:
     """Output side of a convolution or pooling window (floor mode)."""
@@ -154,50 +136,3 @@ def to_pair(value: Union[int, Sequence[int]], name: str) -> Tuple[int, int]:
         raise ValueError(f'{name} must be a positive int or a pair of '
                          f'positive ints (height, width), got {value!r}.')
     return pair
-
-
-def attend(q: torch.Tensor,
-           k: torch.Tensor,
-           v: torch.Tensor,
-           scale: float,
-           dropout_p: float = 0.,
-           impl: str = 'fused',
-           bias: Optional[torch.Tensor] = None,
-           need_map: bool = False
-           ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """Softmax attention over the last two axes, shared by the blocks.
-
-    ``softmax(q kᵀ · scale + bias) v`` with dropout ``dropout_p`` on the
-    weights (pass 0 in eval mode). ``impl='fused'`` runs
-    :func:`torch.nn.functional.scaled_dot_product_attention`;
-    ``impl='literal'`` writes the softmax out.
-
-    Args:
-        q, k, v (torch.Tensor): ``(..., Nq, d)``, ``(..., Nk, d)``,
-            ``(..., Nk, dv)``.
-        scale (float): Logit scale.
-        dropout_p (float): Attention dropout. Defaults to 0.
-        impl (str): ``'fused'`` or ``'literal'``. Defaults to 'fused'.
-        bias (torch.Tensor, optional): Additive logit bias (e.g. relative
-            positions), broadcast to ``(..., Nq, Nk)``.
-        need_map (bool): Also return the softmaxed map (before dropout,
-            detached); the fused path computes it separately, only then.
-
-    Returns:
-        tuple: The output ``(..., Nq, dv)`` and the map or None.
-    """
-
-    def weights() -> torch.Tensor:
-        logits = (q @ k.transpose(-2, -1)) * scale
-        return (logits if bias is None else logits + bias).softmax(dim=-1)
-
-    if impl == 'literal':
-        attn = weights()
-        attn_map = attn.detach() if need_map else None
-        return F.dropout(attn, dropout_p) @ v, attn_map
-    out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
-    if not need_map:
-        return out, None
-    with torch.no_grad():
-        return out, weights()

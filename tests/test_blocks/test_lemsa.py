@@ -6,7 +6,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from lect_mm.blocks import LeMSA, LeMSAv2
-from lect_mm.blocks.lemsa import _pool, resolve_impl
+from lect_mm.blocks.pooled_attention import (heads_to_map, pool_map,
+                                             resolve_impl)
 from lect_mm.blocks.upsample import resize_grid_axis
 from lect_mm.models.convert import convert_attention_key
 
@@ -190,14 +191,14 @@ def test_auto_impl_rule(grid, dims, expected):
 def test_auto_takes_the_resolved_path(monkeypatch, sr_ratio, path):
     # Heads of 64 channels on a 16x16 map: K=4 pools to 16 cells (literal),
     # K=2 to 64 (fused). Only the literal path resizes the logit rows.
-    from lect_mm.blocks import lemsa
+    from lect_mm.blocks import pooled_attention
     calls = []
 
     def spy(*args, **kwargs):
         calls.append(args[0].shape)
         return resize_grid_axis(*args, **kwargs)
 
-    monkeypatch.setattr(lemsa, 'resize_grid_axis', spy)
+    monkeypatch.setattr(pooled_attention, 'resize_grid_axis', spy)
     torch.manual_seed(0)
     layer = LeMSA(128, 2, sr_ratio=sr_ratio)
     assert layer.impl == 'auto'
@@ -237,7 +238,7 @@ def test_shapes_and_pooled_grid(hw, k, pooled):
 
 def test_ceil_pooling_averages_valid_border_pixels():
     x = torch.randn(1, 2, 5, 7)
-    p = _pool(x, 3, None, 'avg')
+    p = pool_map(x, 3, None, 'avg')
     assert p.shape == (1, 2, 2, 3)
     torch.testing.assert_close(p[..., 1, 2], x[..., 3:5, 6:7].mean((-2, -1)))
     torch.testing.assert_close(p[..., 0, 0], x[..., 0:3, 0:3].mean((-2, -1)))
@@ -467,7 +468,6 @@ def test_maps_stay_in_token_layout(impl, variant):
 
 
 def test_heads_to_map_is_head_major_token_view():
-    from lect_mm.blocks.lemsa import heads_to_map
     x = torch.randn(2, 3, 6, 4)  # (B, m, h*w, d), grid 2 x 3
     out = heads_to_map(x, 2)
     assert out.shape == (2, 12, 2, 3)
@@ -484,3 +484,81 @@ def test_v2_pooled_keys_are_channels_last():
     pooled = layer._pooled_heads(x)
     assert pooled.shape == (2, 16, 2, 2)
     assert pooled.is_contiguous(memory_format=torch.channels_last)
+
+
+def _outputs_and_grads(m, x, hw, amp):
+    xi = x.clone().requires_grad_()
+    m.zero_grad(set_to_none=True)
+    with torch.autocast('cpu', torch.bfloat16, enabled=amp):
+        y = m(xi, hw)
+    weight = torch.randn(y.shape, generator=torch.Generator().manual_seed(3))
+    (y.float() * weight).sum().backward()
+    return [y.detach().float(), xi.grad] + [p.grad for p in m.parameters()]
+
+
+@pytest.mark.parametrize('make', [
+    lambda impl: LeMSA(32, 2, sr_ratio=4, impl=impl),
+    lambda impl: LeMSAv2(32, 2, 4, 0.5, impl=impl),
+], ids=['LeMSA', 'LeMSAv2'])
+def test_bf16_autocast_fused_and_literal_within_bf16_rounding(make):
+    # --amp on the CPU runs bf16 autocast, where 'auto' takes the literal
+    # path. Both paths must stay within bf16 rounding (eps 2**-8) of the
+    # float32 result, in the output and in every gradient: measured errors
+    # are up to 1.4 % of each tensor's largest entry; a wrong scale or
+    # resize gives errors of order 100 %.
+    torch.manual_seed(0)
+    m = _randomize_bn(make('literal')).eval()
+    x = torch.randn(2, 8 * 12, 32)
+    ref = _outputs_and_grads(m, x, (8, 12), amp=False)
+    results = {}
+    for impl in ('fused', 'literal', 'auto'):
+        m.impl = impl
+        results[impl] = _outputs_and_grads(m, x, (8, 12), amp=True)
+    assert results['literal'][0].dtype == ref[0].dtype
+    for impl in ('fused', 'literal'):
+        for got, want in zip(results[impl], ref):
+            err = (got.float() - want).abs().max().item()
+            assert err <= 3e-2 * want.abs().max().item(), (impl, err)
+    assert all(torch.equal(a, b)
+               for a, b in zip(results['auto'], results['literal']))
+
+
+class _OnGrid(nn.Module):
+    """A token block on a fixed grid, for torch.jit.trace (tensor inputs)."""
+
+    def __init__(self, block, hw):
+        super().__init__()
+        self.block, self.hw = block, hw
+
+    def forward(self, x):
+        return self.block(x, self.hw)
+
+
+@pytest.mark.filterwarnings('ignore::torch.jit.TracerWarning')
+def test_auto_traces_the_same_path_with_and_without_grad():
+    # LeCT v2's stage shape, where 'auto' takes the literal path when
+    # autograd records the call (2 * 4 pooled cells < 16 channels per
+    # head). check_trace re-traces under no_grad; under tracing 'auto'
+    # ignores the grad mode, so both traces hold the same graph.
+    torch.manual_seed(0)
+    layer = LeMSAv2(32, 2, sr_ratio=4, h_ratio=0.5).eval()
+    model = _OnGrid(layer, (8, 8))
+    x = torch.randn(1, 64, 32)
+    traced = torch.jit.trace(model, (x, ), check_trace=True)
+    kinds = {node.kind() for node in traced.inlined_graph.nodes()}
+    assert 'aten::scaled_dot_product_attention' in kinds
+    with torch.no_grad():
+        torch.testing.assert_close(traced(x), model(x))
+    # Outside tracing the rule is unchanged: literal when recording.
+    q = torch.zeros(1, 2, 4, 16, requires_grad=True)
+    assert resolve_impl('auto', q, torch.zeros(1, 32, 2, 2)) == 'literal'
+
+
+def test_project_checks_the_parts_cover_proj():
+    layer = LeMSAv2(16, 2, sr_ratio=4, h_ratio=0.25)
+    high, low = torch.randn(1, 4, 4), torch.randn(1, 4, 12)
+    expected = layer.proj(torch.cat([high, low], dim=-1))
+    torch.testing.assert_close(layer.project(high, low), expected)
+    with pytest.raises(ValueError, match='parts hold 8 channels; proj takes '
+                       '16'):
+        layer.project(high, high)

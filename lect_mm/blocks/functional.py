@@ -1,0 +1,68 @@
+"""Stateless functions shared by the blocks: softmax attention and the
+``torch.compile`` check."""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+#: The attention implementations every attention block offers.
+IMPLS = ('fused', 'literal')
+
+
+def is_compiling() -> bool:
+    """Whether ``torch.compile`` is tracing the caller.
+
+    Paths that dynamo cannot trace (in-place RNG, module-level caches) take
+    their plain-torch branch then.
+    """
+    compiler = getattr(torch, 'compiler', None)
+    if hasattr(compiler, 'is_compiling'):
+        return compiler.is_compiling()
+    return torch._dynamo.is_compiling()  # torch < 2.3
+
+
+def attend(q: torch.Tensor,
+           k: torch.Tensor,
+           v: torch.Tensor,
+           scale: float,
+           dropout_p: float = 0.,
+           impl: str = 'fused',
+           bias: Optional[torch.Tensor] = None,
+           need_map: bool = False
+           ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Softmax attention over the last two axes, shared by the blocks.
+
+    ``softmax(q kᵀ · scale + bias) v`` with dropout ``dropout_p`` on the
+    weights (pass 0 in eval mode). ``impl='fused'`` runs
+    :func:`torch.nn.functional.scaled_dot_product_attention`;
+    ``impl='literal'`` writes the softmax out.
+
+    Args:
+        q, k, v (torch.Tensor): ``(..., Nq, d)``, ``(..., Nk, d)``,
+            ``(..., Nk, dv)``.
+        scale (float): Logit scale.
+        dropout_p (float): Attention dropout. Defaults to 0.
+        impl (str): ``'fused'`` or ``'literal'``. Defaults to 'fused'.
+        bias (torch.Tensor, optional): Additive logit bias (e.g. relative
+            positions), broadcast to ``(..., Nq, Nk)``.
+        need_map (bool): Also return the softmaxed map (before dropout,
+            detached); the fused path computes it separately, only then.
+
+    Returns:
+        tuple: The output ``(..., Nq, dv)`` and the map or None.
+    """
+
+    def weights() -> torch.Tensor:
+        logits = (q @ k.transpose(-2, -1)) * scale
+        return (logits if bias is None else logits + bias).softmax(dim=-1)
+
+    if impl == 'literal':
+        attn = weights()
+        attn_map = attn.detach() if need_map else None
+        return F.dropout(attn, dropout_p) @ v, attn_map
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
+    if not need_map:
+        return out, None
+    with torch.no_grad():
+        return out, weights()

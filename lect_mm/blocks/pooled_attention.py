@@ -1,0 +1,308 @@
+"""Pooled-key attention, the core of LeMSA (LeCT report §3.3).
+
+Queries and keys are pooled to an ``h' x w'`` grid; each query's logit row
+over the pooled keys is resized to the full ``H x W`` grid (the key axis)
+before the softmax over all ``N = H * W`` values, and the ``h' x w'``
+output is brought back to ``H x W`` by a query upsampler. The key-axis
+resize is linear, so ``Up(q kᵀ) = q Up(k)ᵀ``: ``impl='fused'`` resizes the
+pooled keys and runs :func:`torch.nn.functional.scaled_dot_product_attention`
+without materialising the ``Nq x N`` map; ``impl='literal'`` is the
+report's readable path (pooled logits → key-axis resize → softmax);
+``impl='auto'`` picks one per call (:func:`resolve_impl`).
+"""
+from typing import Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from einops import rearrange
+from mmengine.model import BaseModule
+
+from mmpretrain.registry import MODELS
+from .dropout import FastDropout
+from .functional import IMPLS, attend
+from .upsample import (MATMUL_RESIZE_MAX_CELLS, SVConvTransposeUpsampler,
+                       check_resize_mode, resize, resize_grid_axis)
+from .utils import check_choice
+
+#: The attention paths of pooled-key attention: :data:`IMPLS` and ``'auto'``.
+LEMSA_IMPLS = ('auto', ) + IMPLS
+
+
+def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
+    """The path ``impl`` takes for these inputs.
+
+    ``'fused'`` and ``'literal'`` are returned unchanged. ``'auto'`` gives
+    ``'literal'`` on the CPU
+
+    * in bf16/fp16 for pooled grids of at most
+      :data:`~lect_mm.blocks.upsample.MATMUL_RESIZE_MAX_CELLS` cells, where
+      torch's CPU SDPA kernels are slow and the literal resize is one
+      matmul;
+    * in fp32 when autograd records the call and the logit map is under
+      half the size of the upsampled keys (``2 * h' * w' < d_qk``);
+
+    and ``'fused'`` otherwise and on other devices. Under ``torch.jit``
+    tracing the grad mode is ignored, so that a trace and its check (run
+    under ``no_grad``) take the same path. docs/lemsa.md gives the
+    measurements behind the rule.
+
+    Args:
+        impl (str): ``'auto'``, ``'fused'`` or ``'literal'``.
+        q (torch.Tensor): Pooled queries ``(B, m, Nq, d_qk)``.
+        k_map (torch.Tensor): Pooled keys ``(B, m * d_qk, h', w')``.
+
+    Returns:
+        str: ``'fused'`` or ``'literal'``.
+    """
+    if impl != 'auto':
+        return impl
+    if q.device.type != 'cpu':
+        return 'fused'
+    cells = k_map.shape[-2] * k_map.shape[-1]
+    if q.dtype in (torch.bfloat16, torch.float16):
+        return 'literal' if cells <= MATMUL_RESIZE_MAX_CELLS else 'fused'
+    recording = (not torch.jit.is_tracing() and torch.is_grad_enabled()
+                 and (q.requires_grad or k_map.requires_grad))
+    return 'literal' if recording and 2 * cells < q.shape[-1] else 'fused'
+
+
+def check_hw_shape(x: torch.Tensor,
+                   hw_shape: Sequence[int]) -> Tuple[int, int]:
+    """Return ``(H, W)`` after checking ``H * W`` equals the token count."""
+    H, W = hw_shape
+    if H * W != x.shape[1]:
+        raise ValueError(f'hw_shape {tuple(hw_shape)} does not match the '
+                         f'{x.shape[1]} tokens of x {tuple(x.shape)}.')
+    return H, W
+
+
+def pool_map(x: torch.Tensor, sr_ratio: Optional[int],
+             pool_size: Optional[Tuple[int, int]], op: str) -> torch.Tensor:
+    """Average (``op='avg'``) or max pool a map to the query/key grid.
+
+    ``sr_ratio`` K: kernel = stride = K in ceil mode, so the grid is
+    ``(ceil(H/K), ceil(W/K))`` and a partial border window averages only its
+    valid pixels. ``pool_size``: adaptive pooling to that grid.
+    """
+    if pool_size is not None:
+        fn = F.adaptive_avg_pool2d if op == 'avg' else F.adaptive_max_pool2d
+        return fn(x, pool_size)
+    fn = F.avg_pool2d if op == 'avg' else F.max_pool2d
+    return fn(x, sr_ratio, sr_ratio, ceil_mode=True)
+
+
+def heads_to_map(x: torch.Tensor, h: int) -> torch.Tensor:
+    """Re-assemble heads ``(B, m, h*w, d)`` into a ``(B, m*d, h, w)`` map.
+
+    Channel ``c`` is head ``c // d``. The map is a ``channels_last`` view of
+    ``(B, h*w, m*d)`` tokens, the layout of every other map in the layer, so
+    the query upsampler, its norm and the skip addition need no layout
+    conversion.
+    """
+    tokens = rearrange(x, 'b m n d -> b n (m d)')
+    return rearrange(tokens, 'b (h w) c -> b c h w', h=h)
+
+
+def pooled_key_attention(q: torch.Tensor,
+                         k_map: torch.Tensor,
+                         v: torch.Tensor,
+                         hw_shape: Tuple[int, int],
+                         mode: str,
+                         scale: float,
+                         dropout: nn.Dropout,
+                         impl: str,
+                         need_map: bool = False):
+    """Attention of pooled queries over key-axis-upsampled logits.
+
+    Args:
+        q (torch.Tensor): Pooled queries ``(B, m, Nq, dq)``.
+        k_map (torch.Tensor): Pooled keys as a head-major map
+            ``(B, m * dq, h', w')`` (channel ``c`` is head ``c // dq``).
+        v (torch.Tensor): Full-resolution values ``(B, m, N, dv)``.
+        hw_shape (tuple[int, int]): ``(H, W)`` with ``N = H * W``.
+        mode (str): Key-axis interpolation mode.
+        scale (float): Logit scale (``C ** -0.5`` in LeCT).
+        dropout (nn.Dropout): Attention dropout.
+        impl (str): ``'auto'``, ``'fused'`` or ``'literal'``.
+        need_map (bool): Also return the softmaxed ``(B, m, Nq, N)`` map
+            (before dropout, detached). Defaults to False.
+
+    Returns:
+        tuple: ``out (B, m, Nq, dv)`` and the map or None.
+    """
+    num_heads = q.shape[1]
+    if resolve_impl(impl, q, k_map) == 'literal':
+        h, w = k_map.shape[-2:]
+        k = rearrange(k_map, 'b (m d) h w -> b m (h w) d', m=num_heads)
+        # Scaling q before the (linear) resize costs Nq x d, not Nq x N.
+        logits = resize_grid_axis((q * scale) @ k.transpose(-2, -1), (h, w),
+                                  hw_shape, mode)
+        attn = logits.softmax(dim=-1)
+        return dropout(attn) @ v, attn.detach() if need_map else None
+    k_up = rearrange(
+        resize(k_map, hw_shape, mode), 'b (m d) h w -> b m (h w) d',
+        m=num_heads)
+    return attend(q, k_up, v, scale,
+                  dropout.p if dropout.training else 0., 'fused',
+                  need_map=need_map)
+
+
+def _check_pooling(sr_ratio, pool_size):
+    """Exactly one of ``sr_ratio`` / ``pool_size``; normalise both."""
+    if (sr_ratio is None) == (pool_size is None):
+        raise ValueError(
+            'Give exactly one of sr_ratio (pooling kernel = stride K) and '
+            'pool_size (fixed pooled grid (h\', w\')); got '
+            f'sr_ratio={sr_ratio!r}, pool_size={pool_size!r}.')
+    if sr_ratio is not None:
+        if not isinstance(sr_ratio, int) or sr_ratio < 1:
+            raise ValueError(
+                f'sr_ratio must be a positive int, got {sr_ratio!r}.')
+        return sr_ratio, None
+    if isinstance(pool_size, int):
+        pool_size = (pool_size, pool_size)
+    pool_size = tuple(pool_size)
+    if len(pool_size) != 2 or not all(
+            isinstance(p, int) and p > 0 for p in pool_size):
+        raise ValueError('pool_size must be a positive int or a pair of '
+                         f'them, got {pool_size!r}.')
+    return None, pool_size
+
+
+class PooledKeyAttention(BaseModule):
+    """Base of the attention blocks with pooled queries and keys.
+
+    Owns what LeMSA and LeMSAv2 share: the pooling (``sr_ratio`` or
+    ``pool_size``), the key-axis resize, the ``impl`` switch, the attention
+    dropout, the query upsampler, the output projection and its dropout,
+    and the attention-map switch. A subclass builds its value/query/key
+    layers, then calls :meth:`_build_output`, and in ``forward`` pools its
+    maps with :meth:`pool`, attends with :meth:`attend` and combines with
+    :meth:`project`. :meth:`_build_output` comes last so that parameters
+    keep the reference checkpoint's order (features, ``query_upsampler``,
+    ``proj``), the order saved optimizer states index them by.
+
+    Attention maps for visualisation: with ``return_attn_map = True`` each
+    forward stores the softmaxed, key-upsampled ``(B, m, Nq, N)`` map
+    (before attention dropout, detached) in ``attn_map``. Off by default,
+    and then no map is computed (the fused path never builds it).
+
+    Args:
+        embed_dims (int): Number of channels ``C``; the logit scale is
+            ``C ** -0.5`` (the full ``C``, as the reference).
+        num_heads (int): Number of heads ``m``.
+        sr_ratio (int, optional): Spatial-reduction ratio ``K`` (pooling
+            kernel and stride, ceil mode). Exactly one of ``sr_ratio`` and
+            ``pool_size`` must be given.
+        pool_size (int | tuple[int, int], optional): Fixed pooled grid
+            ``(h', w')`` (adaptive pooling).
+        key_upsample (str): Key-axis resize mode, one of ``'nearest'``,
+            ``'bilinear'``, ``'bicubic'``.
+        attn_drop (float): Attention-weight dropout.
+        proj_drop (float): Output dropout.
+        impl (str): ``'fused'`` (SDPA on resized keys), ``'literal'``
+            (logit map resized along the key axis) or ``'auto'``
+            (:func:`resolve_impl`). All three compute the same function.
+        init_cfg (dict, optional): Initialization config. Defaults to None.
+    """
+
+    def __init__(self,
+                 embed_dims: int,
+                 num_heads: int,
+                 sr_ratio: Optional[int],
+                 pool_size: Optional[Union[int, Sequence[int]]],
+                 key_upsample: str,
+                 attn_drop: float,
+                 proj_drop: float,
+                 impl: str,
+                 init_cfg=None):
+        super().__init__(init_cfg=init_cfg)
+        self.sr_ratio, self.pool_size = _check_pooling(sr_ratio, pool_size)
+        self.key_upsample = check_resize_mode(key_upsample, 'key_upsample')
+        self.impl = check_choice(impl, LEMSA_IMPLS, 'impl')
+        self.embed_dims = embed_dims
+        self.num_heads = num_heads
+        self.scale = embed_dims**-0.5
+        self.attn_drop = FastDropout(attn_drop)
+        self.proj_drop = FastDropout(proj_drop)
+        self.return_attn_map = False
+        self.attn_map = None
+
+    def _build_output(self, query_upsampler: dict, channels: int):
+        """Build the query upsampler (on the attention's ``channels``) and
+        the ``C -> C`` output projection.
+
+        A :class:`~lect_mm.blocks.SVConvTransposeUpsampler` gets
+        ``scale_factor=sr_ratio`` and ``in_size=pool_size`` unless its
+        config sets them.
+        """
+        cfg = dict(query_upsampler)
+        layer_type = cfg.get('type')
+        cls = layer_type if isinstance(layer_type, type) else MODELS.get(
+            layer_type)
+        if cls is not None and issubclass(cls, SVConvTransposeUpsampler):
+            if self.sr_ratio is not None:
+                cfg.setdefault('scale_factor', self.sr_ratio)
+            if self.pool_size is not None:
+                cfg.setdefault('in_size', self.pool_size)
+        self.query_upsampler = MODELS.build(
+            cfg, default_args=dict(channels=channels))
+        self.proj = nn.Linear(self.embed_dims, self.embed_dims)
+
+    def pool(self, x: torch.Tensor, op: str = 'avg') -> torch.Tensor:
+        """Pool a ``(B, c, H, W)`` map to the query/key grid
+        (:func:`pool_map`)."""
+        return pool_map(x, self.sr_ratio, self.pool_size, op)
+
+    def attend(self, q_map: torch.Tensor, k_map: torch.Tensor,
+               v: torch.Tensor, hw_shape: Tuple[int, int]) -> torch.Tensor:
+        """Attend and bring the result back to ``hw_shape``.
+
+        Args:
+            q_map (torch.Tensor): Pooled queries ``(B, m * dq, h', w')``.
+            k_map (torch.Tensor): Pooled keys ``(B, m * dq, h', w')``.
+            v (torch.Tensor): Value tokens ``(B, N, m * dv)``.
+            hw_shape (tuple[int, int]): ``(H, W)`` with ``N = H * W``.
+
+        Returns:
+            torch.Tensor: The query-upsampled output ``(B, m * dv, H, W)``,
+            a channels_last view of tokens.
+        """
+        q = rearrange(q_map, 'b (m d) h w -> b m (h w) d', m=self.num_heads)
+        v = rearrange(v, 'b n (m d) -> b m n d', m=self.num_heads)
+        out, attn_map = pooled_key_attention(
+            q, k_map, v, hw_shape, self.key_upsample, self.scale,
+            self.attn_drop, self.impl, self.return_attn_map)
+        if self.return_attn_map:
+            self.attn_map = attn_map
+        return self.query_upsampler(
+            heads_to_map(out, q_map.shape[-2]), hw_shape)
+
+    def project(self, *parts: torch.Tensor) -> torch.Tensor:
+        """``proj_drop(proj(concat(parts)))`` over the channel axis.
+
+        Several ``(B, N, c_i)`` parts are multiplied with the weight's
+        column blocks and summed: no concatenated copy, no sliced gradients
+        to copy back.
+        """
+        if len(parts) == 1:
+            return self.proj_drop(self.proj(parts[0]))
+        weight, start, out = self.proj.weight, 0, None
+        for i, part in enumerate(parts):
+            stop = start + part.shape[-1]
+            bias = self.proj.bias if i == len(parts) - 1 else None
+            term = F.linear(part, weight[:, start:stop], bias)
+            out = term if out is None else out + term
+            start = stop
+        if start != weight.shape[1]:
+            raise ValueError(f'the parts hold {start} channels; proj takes '
+                             f'{weight.shape[1]}.')
+        return self.proj_drop(out)
+
+    def extra_repr(self) -> str:
+        grid = (f'sr_ratio={self.sr_ratio}' if self.pool_size is None else
+                f'pool_size={self.pool_size}')
+        return (f'embed_dims={self.embed_dims}, num_heads={self.num_heads}, '
+                f'{grid}, key_upsample={self.key_upsample!r}, '
+                f'impl={self.impl!r}')

@@ -14,7 +14,7 @@ from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 from .dropout import FastDropout
-from .utils import is_compiling
+from .functional import is_compiling
 
 
 def _recomputable_bn(bn: nn.Module, x: torch.Tensor,

@@ -34,7 +34,7 @@ BLOCKS = {
         dict(in_channels=C, num_heads=2, head_dims=4, window_size=2),
         lambda: (_map(), )),
     'CCTEncoderLayer': (
-        dict(embed_dims=C, num_heads=2, feedforward_channels=16),
+        dict(embed_dims=C, num_heads=2, ffn_ratio=2),
         _grid_tokens),
     'CCTTokenizer': (
         dict(embed_dims=C, hidden_channels=4), lambda: (_map(3, 8, 8), )),
@@ -49,7 +49,7 @@ BLOCKS = {
     'FastDropout': (dict(p=0.5), lambda: (torch.randn(4, 64, 128), )),
     'Image2Tokens': (dict(out_channels=C), lambda: (_map(3, 16, 16), )),
     'LCABlock': (  # the class tokens of 3 layers
-        dict(embed_dims=C, num_heads=2, feedforward_channels=16),
+        dict(embed_dims=C, num_heads=2, ffn_ratio=2),
         lambda: (_tokens(3), )),
     'LCAttention': (dict(embed_dims=C, num_heads=2), lambda: (_tokens(3), )),
     'LeCTBlock': (
@@ -64,7 +64,7 @@ BLOCKS = {
         _grid_tokens),
     'MultiheadSelfAttention': (dict(embed_dims=C, num_heads=2), _grid_tokens),
     'NormalCell': (
-        dict(embed_dims=C, num_heads=2, feedforward_channels=16, groups=2),
+        dict(embed_dims=C, num_heads=2, ffn_ratio=2, groups=2),
         _grid_tokens),
     'PCM': (dict(in_channels=C, mid_channels=(C, C), out_channels=C),
             lambda: (_map(), )),

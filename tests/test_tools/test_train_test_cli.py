@@ -209,7 +209,7 @@ def test_misspelt_type_is_named(train_tool, tmp_path):
     assert "Did you mean 'LinearClsHead'" in str(info.value)
 
 
-def test_typo_inside_lect_blocks_is_named(tmp_path):
+def test_typo_inside_lect_blocks_is_named(train_tool, tmp_path):
     """The demo's attn_cfg is a list (one dict per stage): naming it like a
     dict says which index to use; the indexed typo names its path."""
     demo = osp.join(REPO, 'configs', 'demo', 'lect_digits.py')
@@ -227,7 +227,8 @@ def test_typo_inside_lect_blocks_is_named(tmp_path):
         "'sr_ratoi'. Did you mean 'sr_ratio'?")
 
 
-def test_too_few_classes_stop_before_the_first_iteration(tmp_path):
+def test_too_few_classes_stop_before_the_first_iteration(train_tool,
+                                                         tmp_path):
     with pytest.raises(ConfigMismatchError) as info:
         train_tool.main([
             TINY, '--work-dir',

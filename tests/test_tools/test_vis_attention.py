@@ -238,7 +238,7 @@ def test_stage_and_block_errors(va):
         va.record_attention(nn.Linear(2, 2), torch.ones(1, 2))
 
 
-def test_checkpoint_is_loaded_strictly(files, tmp_path):
+def test_checkpoint_is_loaded_strictly(va, files, tmp_path):
     from mmengine.config import Config
     cfg = Config.fromfile(str(files / 'tiny_lect.py'))
     torch.manual_seed(0)
@@ -263,14 +263,13 @@ def test_checkpoint_is_loaded_strictly(files, tmp_path):
     message = str(err.value)
     assert f'checkpoint {path} does not fit' in message
     assert 'tiny_lect.py' in message
-    assert 'unexpected key in source state_dict: backbone.extra.weight' \
-        in message
-    assert 'missing keys in source state_dict: head.fc.bias' in message
-    assert 'size mismatch for head.fc.weight' in message
+    assert "unexpected key(s) (backbone.extra.weight)" in message
+    assert 'missing key(s) in the checkpoint (head.fc.bias)' in message
+    assert 'head.fc.weight: [5, 16] in the checkpoint' in message
 
 
 def test_heads_of_a_row_share_one_scale_with_a_colour_bar(
-        files, monkeypatch):
+        va, files, monkeypatch):
     from matplotlib.figure import Figure
     figures = []
     monkeypatch.setattr(Figure, 'savefig',

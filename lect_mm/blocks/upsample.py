@@ -48,16 +48,8 @@ _MAX_CACHED_MATRICES = 32
 
 
 def check_resize_mode(mode: str, arg_name: str = 'mode') -> str:
-    """Validate an interpolation mode for the key/query resize.
-
-    Args:
-        mode (str): The mode to check.
-        arg_name (str): Argument name used in the error message.
-            Defaults to 'mode'.
-
-    Returns:
-        str: ``mode`` unchanged.
-    """
+    """Return ``mode`` if it is one of :data:`RESIZE_MODES`, else a
+    ValueError naming ``arg_name`` and the choices."""
     if mode not in RESIZE_MODES:
         raise ValueError(f'Unsupported {arg_name} {mode!r}; choose from '
                          f'{list(RESIZE_MODES)}.')

@@ -75,16 +75,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _build(config: str, options: Optional[dict], size: int):
-    cfg = load_config(config, options)
-    # resolution-bound parts (v3's upsampler) are built for the input size
-    if cfg.model.backbone.get('type') == 'LeCT':
-        cfg.model.backbone.img_size = size
-    return build_classifier(cfg).eval()
-
-
-def _size_bound(model) -> bool:
-    return getattr(model.backbone, 'fixed_input_size', None) is not None
+def _build(config: str, options: Optional[dict]):
+    return build_classifier(load_config(config, options)).eval()
 
 
 def _is_oom(err: Exception) -> bool:
@@ -108,8 +100,8 @@ def run(args, device: torch.device, report: Report) -> None:
         for size in args.sizes:
             print(f'[{name}] {size}²', file=sys.stderr, flush=True)
             try:
-                if model is None or _size_bound(model):
-                    model = _build(config, options, size).to(device)
+                if model is None:
+                    model = _build(config, options).to(device)
                 x = torch.randn(args.batch_size, 3, size, size, device=device)
                 results[name][size] = _time_and_memory(model, x, device, args)
             except Exception as err:  # noqa: BLE001  (report and go on)

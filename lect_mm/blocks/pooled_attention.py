@@ -1,14 +1,9 @@
 """Pooled-key attention, the core of LeMSA (LeCT report §3.3).
 
-Queries and keys are pooled to an ``h' x w'`` grid; each query's logit row
-over the pooled keys is resized to the full ``H x W`` grid (the key axis)
-before the softmax over all ``N = H * W`` values, and the ``h' x w'``
-output is brought back to ``H x W`` by a query upsampler. The key-axis
-resize is linear, so ``Up(q kᵀ) = q Up(k)ᵀ``: ``impl='fused'`` resizes the
-pooled keys and runs :func:`torch.nn.functional.scaled_dot_product_attention`
-without materialising the ``Nq x N`` map; ``impl='literal'`` is the
-report's readable path (pooled logits → key-axis resize → softmax);
-``impl='auto'`` picks one per call (:func:`resolve_impl`).
+The key-axis resize of the logits is linear, ``Up(q kᵀ) = q Up(k)ᵀ``, so
+``impl='fused'`` resizes the pooled keys and runs SDPA without building the
+``Nq x N`` map; ``impl='literal'`` is the report's path (pooled logits →
+key-axis resize → softmax); ``impl='auto'`` picks one (:func:`resolve_impl`).
 """
 from typing import Optional, Sequence, Tuple, Union
 
@@ -173,20 +168,20 @@ def _check_pooling(sr_ratio, pool_size):
 class PooledKeyAttention(BaseModule):
     """Base of the attention blocks with pooled queries and keys.
 
-    Owns what LeMSA and LeMSAv2 share: the pooling (``sr_ratio`` or
-    ``pool_size``), the key-axis resize, the ``impl`` switch, the attention
-    dropout, the query upsampler, the output projection and its dropout,
-    and the attention-map switch. A subclass builds its value/query/key
-    layers, then calls :meth:`_build_output`, and in ``forward`` pools its
-    maps with :meth:`pool`, attends with :meth:`attend` and combines with
-    :meth:`project`. :meth:`_build_output` comes last so that parameters
-    keep the reference checkpoint's order (features, ``query_upsampler``,
-    ``proj``), the order saved optimizer states index them by.
+    Queries and keys are pooled to an ``h' x w'`` grid, each query's
+    logits are resized along the key axis to ``H x W`` before the softmax
+    over all ``N`` values, and a query upsampler brings the ``h' x w'``
+    output back to ``H x W``. The base owns the pooling, the key-axis
+    resize, the ``impl`` switch, both dropouts, the query upsampler, the
+    output projection and the attention-map switch. A subclass builds its
+    value/query/key layers, then calls :meth:`_build_output` (last, so that
+    parameters keep the reference checkpoint's order, by which saved
+    optimizer states index them), and in ``forward`` combines
+    :meth:`pool`, :meth:`attend` and :meth:`project`.
 
-    Attention maps for visualisation: with ``return_attn_map = True`` each
-    forward stores the softmaxed, key-upsampled ``(B, m, Nq, N)`` map
-    (before attention dropout, detached) in ``attn_map``. Off by default,
-    and then no map is computed (the fused path never builds it).
+    With ``return_attn_map = True`` each forward stores the softmaxed
+    ``(B, m, Nq, N)`` map (before dropout, detached) in ``attn_map``, for
+    visualisation; off by default, and then no map is computed.
 
     Args:
         embed_dims (int): Number of channels ``C``; the logit scale is

@@ -48,16 +48,8 @@ _MAX_CACHED_MATRICES = 32
 
 
 def check_resize_mode(mode: str, arg_name: str = 'mode') -> str:
-    """Validate an interpolation mode for the key/query resize.
-
-    Args:
-        mode (str): The mode to check.
-        arg_name (str): Argument name used in the error message.
-            Defaults to 'mode'.
-
-    Returns:
-        str: ``mode`` unchanged.
-    """
+    """Return ``mode`` if it is one of :data:`RESIZE_MODES`, else a
+    ValueError naming ``arg_name`` and the choices."""
     if mode not in RESIZE_MODES:
         raise ValueError(f'Unsupported {arg_name} {mode!r}; choose from '
                          f'{list(RESIZE_MODES)}.')
@@ -252,8 +244,8 @@ class ResizeDWConvUpsampler(BaseModule):
 class SVConvTransposeUpsampler(BaseModule):
     """Spatially-varying transposed-conv upsampler of LeCT v3.
 
-    Report Appendix "LeCTv3", SPEC §3 item 3. Every pooled position owns a
-    private ``K x K`` kernel per reduced channel::
+    Report Appendix "LeCTv3". Every pooled position owns a private
+    ``K x K`` kernel per reduced channel::
 
         Conv1x1(C -> c', no bias), c' = int(C * cr_ratio)
         -> reshape (B, c'*h'*w', 1, 1), channel order (c', h', w')
@@ -261,16 +253,26 @@ class SVConvTransposeUpsampler(BaseModule):
         -> each K x K patch to its own position: (B, c', h'K, w'K)
         -> Conv1x1(c' -> C, no bias)
 
-    The weights depend on ``(h', w')``, so the module serves exactly one
-    pooled grid and one output size ``(h'K, w'K)``; any other raises a
-    ``ValueError`` stating the expected and the given size.
+    The kernels are trained on the grid ``in_size``. On any other grid
+    ``(h'', w'')`` they are resampled as a field over the image, like a
+    ViT's position embeddings: the ``(c', h', w', K, K)`` kernel bank and
+    the ``(c', h', w')`` biases are resized over the grid axes with
+    ``mode`` (``align_corners=False``: both grids tile the same image), so
+    each new cell gets the kernel of its relative position; ``K`` is kept,
+    since the pooling stride is. The assembled ``(h''K, w''K)`` map is
+    then cropped to ``out_size`` when it is within one cell of it (the grid
+    of ceil-mode pooling with stride ``K``: each patch stays on the pixels
+    its cell pooled) and resized to ``out_size`` otherwise (adaptive
+    pooling). On ``in_size`` at ``(h'K, w'K)`` nothing is resampled.
 
     Args:
         channels (int): Number of channels ``C``.
-        in_size (int | tuple[int, int]): The pooled grid ``(h', w')`` it is
-            built for.
+        in_size (int | tuple[int, int]): The pooled grid ``(h', w')`` the
+            kernels are trained on.
         scale_factor (int): Upsampling factor ``K`` (the ``sr_ratio``).
         cr_ratio (float): Channel-reduction ratio. Defaults to 0.1.
+        mode (str): Interpolation mode of the kernel resampling and of the
+            output resize. Defaults to 'bilinear'.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -279,6 +281,7 @@ class SVConvTransposeUpsampler(BaseModule):
                  in_size: Union[int, Sequence[int]],
                  scale_factor: int,
                  cr_ratio: float = 0.1,
+                 mode: str = 'bilinear',
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self.in_size = to_pair(in_size, 'in_size')
@@ -286,6 +289,7 @@ class SVConvTransposeUpsampler(BaseModule):
             raise ValueError('scale_factor must be a positive int, got '
                              f'{scale_factor!r}.')
         self.scale_factor = scale_factor
+        self.mode = check_resize_mode(mode)
         self.reduced_channels = int(channels * cr_ratio)
         if self.reduced_channels < 1:
             raise ValueError(
@@ -305,37 +309,48 @@ class SVConvTransposeUpsampler(BaseModule):
         self.expand = nn.Conv2d(
             self.reduced_channels, channels, 1, bias=False)
 
-    @property
-    def out_size(self) -> Tuple[int, int]:
-        """tuple[int, int]: The only output size ``(h'K, w'K)``."""
-        return (self.in_size[0] * self.scale_factor,
-                self.in_size[1] * self.scale_factor)
+    def kernels(self, grid: Tuple[int, int]
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The ConvTranspose weight ``(c'h''w'', 1, K, K)`` and bias
+        ``(c'h''w'',)`` for the pooled grid ``(h'', w'')``."""
+        if tuple(grid) == self.in_size:
+            return self.deconv.weight, self.deconv.bias
+        c, k = self.reduced_channels, self.scale_factor
+        h, w = self.in_size
+        weight = rearrange(self.deconv.weight,
+                           '(c h w) 1 u v -> 1 (c u v) h w', c=c, h=h)
+        bias = rearrange(self.deconv.bias, '(c h w) -> 1 c h w', c=c, h=h)
+        weight = rearrange(resize(weight, grid, self.mode),
+                           '1 (c u v) h w -> (c h w) 1 u v', c=c, u=k)
+        bias = resize(bias, grid, self.mode).flatten()
+        return weight, bias
 
     def forward(self, x: torch.Tensor,
                 out_size: Tuple[int, int]) -> torch.Tensor:
-        """Upsample ``x`` (B, C, h', w') to (B, C, h'K, w'K)."""
-        if tuple(x.shape[-2:]) != self.in_size:
-            raise ValueError(
-                'SVConvTransposeUpsampler was built for a pooled grid '
-                f'(h\', w\') = {self.in_size}, got {tuple(x.shape[-2:])}; '
-                'it holds one kernel per position and cannot change '
-                'resolution.')
-        if tuple(out_size) != self.out_size:
-            raise ValueError(
-                'SVConvTransposeUpsampler only produces the size '
-                f'(h\'K, w\'K) = {self.out_size}, got out_size '
-                f'{tuple(out_size)}; use a feature map whose size is '
-                f'{self.out_size} or a resize-based upsampler.')
-        h, w = self.in_size
-        y = self.reduce(x)
-        y = rearrange(y, 'b c h w -> b (c h w) 1 1')
-        y = self.deconv(y)
+        """Upsample ``x`` (B, C, h'', w'') to (B, C, *out_size)."""
+        h, w = x.shape[-2:]
+        k = self.scale_factor
+        y = rearrange(self.reduce(x), 'b c h w -> b (c h w) 1 1')
+        if (h, w) == self.in_size:
+            y = self.deconv(y)
+        else:
+            weight, bias = self.kernels((h, w))
+            y = F.conv_transpose2d(
+                y, weight, bias, stride=k, groups=weight.shape[0])
         # Tokens first, then a channels_last view of them: the 1x1 expand
         # conv keeps that layout, the one LeMSA's skip and proj use.
-        y = rearrange(
-            y, 'b (c h w) kh kw -> b (h kh) (w kw) c', h=h, w=w)
-        return self.expand(rearrange(y, 'b h w c -> b c h w'))
+        y = rearrange(y, 'b (c h w) u v -> b (h u) (w v) c', h=h, w=w)
+        y = rearrange(y, 'b h w c -> b c h w')
+        out_size = tuple(out_size)
+        full = (h * k, w * k)
+        if full != out_size:
+            if all(o <= f < o + k for o, f in zip(out_size, full)):
+                y = y[..., :out_size[0], :out_size[1]]
+            else:
+                y = resize(y, out_size, self.mode)
+        return self.expand(y)
 
     def extra_repr(self) -> str:
         return (f'in_size={self.in_size}, scale_factor={self.scale_factor}, '
-                f'reduced_channels={self.reduced_channels}')
+                f'reduced_channels={self.reduced_channels}, '
+                f'mode={self.mode!r}')

@@ -68,19 +68,6 @@ def test_out_indices_shapes():
         LeCT('v1', out_indices=(3, ))
 
 
-def test_v3_tied_to_img_size():
-    model = LeCT('v3', img_size=224).eval()
-    assert model.fixed_input_size == (224, 224)
-    with pytest.raises(ValueError, match=r'built for input size \(224, 224\)'
-                       r'.*got \(192, 192\)'):
-        model(torch.randn(1, 3, 192, 192))
-    # 112 -> stage 3 is 7x7, not divisible by its sr_ratio 2.
-    with pytest.raises(ValueError, match='not divisible by 2'):
-        LeCT('v3', img_size=112)
-    # v1/v2 are not tied to a size.
-    assert LeCT('v2').fixed_input_size is None
-
-
 def test_drop_path_ramp():
     model = LeCT('v1', drop_path_rate=0.1)
     rates = [

@@ -173,7 +173,6 @@ def test_sv_output_size(in_size, k):
     h, w = up.in_size
     y = up(torch.randn(2, 32, h, w), (h * k, w * k))
     assert y.shape == (2, 32, h * k, w * k)
-    assert up.out_size == (h * k, w * k)
 
 
 def test_sv_layout_matches_per_position_loop():
@@ -212,13 +211,69 @@ def test_sv_parameter_count_and_keys_lect_v3_stage1():
     assert up.expand.weight.shape == (64, 6, 1, 1)
 
 
-def test_sv_size_errors():
-    up = SVConvTransposeUpsampler(16, in_size=(4, 4), scale_factor=7)
-    with pytest.raises(ValueError, match=r"\(4, 4\).*got \(3, 4\)"):
-        up(torch.randn(1, 16, 3, 4), (21, 28))
-    with pytest.raises(ValueError,
-                       match=r'\(28, 28\).*got out_size \(27, 28\)'):
-        up(torch.randn(1, 16, 4, 4), (27, 28))
+def _sv_loop(up, x, weight, bias, out_size):
+    """SPEC's per-position ConvTranspose written as a loop, with the given
+    (c'h''w'', 1, K, K) kernels, cropped to out_size."""
+    b, _, h, w = x.shape
+    k, cr = up.scale_factor, up.reduced_channels
+    red = F.conv2d(x, up.reduce.weight)
+    mid = torch.zeros(b, cr, h * k, w * k)
+    for c in range(cr):
+        for i in range(h):
+            for j in range(w):
+                g = c * h * w + i * w + j
+                mid[:, c, i * k:(i + 1) * k, j * k:(j + 1) * k] = (
+                    red[:, c, i, j, None, None] * weight[g, 0] + bias[g])
+    return F.conv2d(mid[..., :out_size[0], :out_size[1]], up.expand.weight)
+
+
+def test_sv_trained_grid_uses_its_own_kernels():
+    up = SVConvTransposeUpsampler(20, in_size=(2, 3), scale_factor=4)
+    weight, bias = up.kernels((2, 3))
+    assert weight is up.deconv.weight and bias is up.deconv.bias
+
+
+@pytest.mark.parametrize('grid', [(3, 5), (1, 2)])
+def test_sv_resamples_kernels_over_the_pooled_grid(grid):
+    # Each (reduced channel, kernel pixel) is a field over the trained 2x3
+    # grid, resized bilinearly (align_corners=False) to the new grid; the
+    # new cells then use their resampled kernels.
+    torch.manual_seed(0)
+    up = SVConvTransposeUpsampler(20, in_size=(2, 3), scale_factor=4)
+    weight, bias = up.kernels(grid)
+    cr, k = up.reduced_channels, 4
+    bank = up.deconv.weight.detach().view(cr, 2, 3, k, k)
+    fields = bank.permute(0, 3, 4, 1, 2).reshape(1, cr * k * k, 2, 3)
+    expected = F.interpolate(fields, size=grid, mode='bilinear',
+                             align_corners=False)
+    expected = expected.view(cr, k, k, *grid).permute(0, 3, 4, 1, 2)
+    torch.testing.assert_close(weight.detach().view(cr, *grid, k, k),
+                               expected)
+    expected_bias = F.interpolate(
+        up.deconv.bias.detach().view(1, cr, 2, 3), size=grid,
+        mode='bilinear', align_corners=False)
+    torch.testing.assert_close(bias.detach(), expected_bias.flatten())
+
+    x = torch.randn(2, 20, *grid)
+    out_size = (grid[0] * k - 1, grid[1] * k - 3)  # ceil pooling by 4
+    torch.testing.assert_close(
+        up(x, out_size), _sv_loop(up, x, weight, bias, out_size),
+        rtol=1e-5, atol=1e-5)
+
+
+def test_sv_other_sizes_shapes_layout_and_grads():
+    up = SVConvTransposeUpsampler(20, in_size=(2, 3), scale_factor=4)
+    x = torch.randn(1, 20, 3, 4, requires_grad=True)
+    # Within one cell of (12, 16): cropped; far from it: resized.
+    for out_size in [(12, 16), (9, 13), (5, 30)]:
+        y = up(x, out_size)
+        assert y.shape == (1, 20, *out_size)
+        assert y.is_contiguous(memory_format=torch.channels_last)
+    y.square().sum().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0
+               for p in up.parameters())
+    crop = up(x, (9, 13))
+    torch.testing.assert_close(crop, up(x, (12, 16))[..., :9, :13])
 
 
 def test_sv_argument_errors():
@@ -228,6 +283,8 @@ def test_sv_argument_errors():
         SVConvTransposeUpsampler(32, in_size=(4, 0), scale_factor=2)
     with pytest.raises(ValueError, match='scale_factor'):
         SVConvTransposeUpsampler(32, in_size=4, scale_factor=1.5)
+    with pytest.raises(ValueError, match="mode 'area'"):
+        SVConvTransposeUpsampler(32, in_size=4, scale_factor=2, mode='area')
 
 
 def test_sv_output_is_channels_last_token_view():

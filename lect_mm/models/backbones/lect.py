@@ -7,6 +7,7 @@ can swap the attention, the FFN, the patch embedding or an upsampler without
 code changes.
 """
 import copy
+import math
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -131,11 +132,11 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
             entry per stage) and optionally ``patch_sizes`` and ``strides``
             (default kernel 7 stride 4, then kernel 3 stride 2).
             Defaults to 'v1'.
-        img_size (int | tuple[int, int]): Input size the network is built
-            for. Only resolution-bound components use it (v3's
-            SVConvTransposeUpsampler gets its pooled grid ``in_size`` and
-            ``scale_factor`` from it); such a network then rejects any other
-            input size. v1/v2 accept any size. Defaults to 224.
+        img_size (int | tuple[int, int]): Input size the network is trained
+            for. Only v3's SVConvTransposeUpsampler uses it: its
+            per-position kernels are built for the pooled grids of this
+            size, exact there and resampled for any other input size. Every
+            variant accepts any input size. Defaults to 224.
         in_channels (int): Number of input image channels. Defaults to 3.
         drop_rate (float): Dropout of the attention projection
             (``proj_drop``) and of the FFN (``ffn_drop``). Defaults to 0.1.
@@ -249,8 +250,6 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
 
         total_depth = sum(arch['depths'])
         dpr = torch.linspace(0, drop_path_rate, total_depth).tolist()
-        # The input size the network is tied to (None: any size).
-        self.fixed_input_size = None
         size = self.img_size
         self.stages = ModuleList()
         prev_dims, block_idx = in_channels, 0
@@ -268,9 +267,7 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
             attn = set_defaults(
                 attn, num_heads=arch['num_heads'][i],
                 attn_drop=attn_drop_rate, proj_drop=drop_rate)
-            if self._bind_resolution(attn, size):
-                self.fixed_input_size = self.img_size
-                self._bound_by = attn['query_upsampler']['type']
+            self._bind_resolution(attn, size)
             ffn = merge_cfg(
                 dict(type='LeFFN', ffn_ratio=arch['ffn_ratios'][i]),
                 ffn_cfgs[i])
@@ -300,56 +297,30 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         return arch
 
     @staticmethod
-    def _bind_resolution(attn: dict, size: Tuple[int, int]) -> bool:
-        """Give a resolution-bound query upsampler its pooled grid.
-
-        An upsampler whose ``__init__`` takes ``in_size`` (v3's
-        SVConvTransposeUpsampler) gets ``in_size=(H // K, W // K)`` and
-        ``scale_factor=K`` for this stage's size ``(H, W)`` at ``img_size``.
-
-        Returns:
-            bool: Whether the stage is tied to one input resolution.
-        """
+    def _bind_resolution(attn: dict, size: Tuple[int, int]):
+        """Give a query upsampler that takes ``in_size`` (v3's
+        SVConvTransposeUpsampler) the pooled grid ``(ceil(H/K), ceil(W/K))``
+        and ``scale_factor=K`` of this stage's map ``(H, W)`` at
+        ``img_size`` (with ``pool_size``, the attention passes that grid)."""
         upsampler = attn.get('query_upsampler')
-        if not isinstance(upsampler, dict) or 'type' not in upsampler:
-            return False
-        accepted = accepted_args(upsampler['type'])
-        if accepted is None or 'in_size' not in accepted:
-            return False
         sr_ratio = attn.get('sr_ratio')
-        if sr_ratio is None:
-            # A fixed pool_size grid: the attention passes it as in_size.
-            return True
-        if 'in_size' not in upsampler:
-            if any(s % sr_ratio for s in size):
-                raise ValueError(
-                    f'{upsampler["type"]} upsamples by sr_ratio={sr_ratio} '
-                    f'exactly, but img_size gives this stage a {size} map '
-                    f'(not divisible by {sr_ratio}); choose an img_size '
-                    'whose stage sizes are multiples of the sr_ratios.')
-            upsampler['in_size'] = tuple(s // sr_ratio for s in size)
-        upsampler.setdefault('scale_factor', sr_ratio)
-        return True
+        if (not isinstance(upsampler, dict) or 'type' not in upsampler
+                or sr_ratio is None):
+            return
+        accepted = accepted_args(upsampler['type'])
+        if accepted is not None and 'in_size' in accepted:
+            upsampler.setdefault(
+                'in_size', tuple(math.ceil(s / sr_ratio) for s in size))
+            upsampler.setdefault('scale_factor', sr_ratio)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """Return the normalised ``(B, C, H, W)`` maps of ``out_indices``."""
-        if self.fixed_input_size is not None:
-            self._check_input_size(x)
         outs = []
         for i, stage in enumerate(self.stages):
             x = stage(x)
             if i in self.out_indices:
                 outs.append(x)
         return tuple(outs)
-
-    def _check_input_size(self, x: torch.Tensor):
-        size = tuple(int(s) for s in x.shape[-2:])
-        if size != self.fixed_input_size:
-            raise ValueError(
-                f'This LeCT was built for input size {self.fixed_input_size} '
-                f'(img_size), got {size}: its query upsampler '
-                f'{self._bound_by} holds one kernel per pooled position. '
-                'Rebuild with img_size matching the input.')
 
     def _freeze_stages(self):
         freeze_stages(self.frozen_stages, [self.stages[0].patch_embed],

@@ -13,9 +13,7 @@ from torchvision.ops import MultiScaleRoIAlign
 from lect_mm.models.backbones import LeCT
 from lect_mm.models.detection import FPNBackbone, stage_channels
 
-# LeCT v3 serves one input size (its query upsampler holds a kernel per
-# pooled position); add it here once it takes any size.
-ARCHS = ['v1', 'v2']
+ARCHS = ['v1', 'v2', 'v3']
 
 # Output side of each stage for an input side s: the 7x7 stride-4 patch
 # embedding (padding 3) gives ceil(s / 4), each 3x3 stride-2 one (padding 1)

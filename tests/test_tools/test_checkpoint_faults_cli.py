@@ -145,8 +145,12 @@ def test_test_tool_refuses_a_checkpoint_with_another_head(trained,
 
 def test_load_from_another_head_fails_and_the_opt_out_fine_tunes(
         trained, tmp_path):
+    # A name of its own: mmengine keys its loggers by experiment name (the
+    # start time by default), so two runs started in one second in one
+    # process would share the first one's log file.
     args = [TINY, '--work-dir', str(tmp_path), '--no-validate',
-            '--cfg-options', *FAST, f'load_from={trained}',
+            '--cfg-options', *FAST, f'experiment_name={tmp_path.name}',
+            f'load_from={trained}',
             'model.head.num_classes=100']
     with pytest.raises(CheckpointMismatchError, match='load_from_strict'):
         train_tool.main(args)
@@ -159,7 +163,8 @@ def test_load_from_another_head_fails_and_the_opt_out_fine_tunes(
 def test_resume_with_nothing_to_resume_says_so(tmp_path):
     work_dir = str(tmp_path)
     runner = train_tool.main([TINY, '--work-dir', work_dir, '--resume',
-                              '--no-validate', '--cfg-options', *FAST])
+                              '--no-validate', '--cfg-options', *FAST,
+                              f'experiment_name={tmp_path.name}'])
     assert runner.epoch == 1
     assert (f'--resume: nothing to resume in {work_dir}'
             in _log_text(work_dir))
@@ -181,7 +186,8 @@ def test_resume_on_a_damaged_latest_checkpoint(trained, tmp_path):
     latest = _damaged(trained, work_dir / 'epoch_2.pth', 'truncated')
     (work_dir / 'last_checkpoint').write_text(latest)
     args = [TINY, '--work-dir', str(work_dir), '--no-validate',
-            '--cfg-options', *FAST, 'train_cfg.max_epochs=2']
+            '--cfg-options', *FAST, 'train_cfg.max_epochs=2',
+            f'experiment_name={tmp_path.name}']
     with pytest.raises(CheckpointError) as info:
         train_tool.main(args + ['--resume'])
     text = str(info.value)

@@ -8,11 +8,13 @@ fallback, the dataloader defaults and the building of the runner, inside
 import argparse
 import os
 import os.path as osp
+import time
 from contextlib import contextmanager
 from typing import Iterable, Iterator, List, Optional
 
 from mmengine.config import Config
 from mmengine.device import get_device
+from mmengine.logging import MMLogger
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
@@ -106,6 +108,22 @@ def set_dataloader_defaults(cfg: Config,
             loader.setdefault('persistent_workers', True)
 
 
+def set_unique_experiment_name(cfg: Config) -> None:
+    """Name the run after its start time, as mmengine does, but never reuse
+    a name this process has used: mmengine keys its logger and visualizer
+    by the name, so a second run started in the same second would write
+    its log and scalars into the first run's files. A name set in the
+    config is kept."""
+    if cfg.get('experiment_name'):
+        return
+    base = time.strftime('%Y%m%d_%H%M%S', time.localtime())
+    name, i = base, 1
+    while MMLogger.check_instance_created(name):
+        name, i = f'{base}_{i}', i + 1
+    if name != base:
+        cfg.experiment_name = name
+
+
 @contextmanager
 def runner_context(cfg: Config) -> Iterator[Runner]:
     """Build the runner of ``cfg`` and hand it to the ``with`` body.
@@ -124,6 +142,7 @@ def runner_context(cfg: Config) -> Iterator[Runner]:
     Yields:
         Runner: The runner, its logger quieted of known deprecation lines.
     """
+    set_unique_experiment_name(cfg)
     with distributed_context(cfg), explain_config_errors(cfg):
         if 'runner_type' not in cfg:
             runner = Runner.from_cfg(cfg)

@@ -70,3 +70,22 @@ def test_set_dataloader_defaults():
     cfg = _cfg(test_dataloader=dict(num_workers=2))
     set_dataloader_defaults(cfg, ('test_dataloader', ))
     assert 'persistent_workers' not in cfg.test_dataloader  # None: untouched
+
+
+def test_runs_in_one_second_get_names_of_their_own(monkeypatch):
+    from mmengine.config import Config
+    from mmengine.logging import MMLogger
+
+    from lect_mm.engine import cli
+    monkeypatch.setattr(cli.time, 'strftime',
+                        lambda fmt, t=None: '20991231_235959')
+    first = Config(dict())
+    cli.set_unique_experiment_name(first)
+    assert 'experiment_name' not in first  # mmengine's own name is kept
+    MMLogger.get_instance('20991231_235959')  # the first run's logger
+    second = Config(dict())
+    cli.set_unique_experiment_name(second)
+    assert second.experiment_name == '20991231_235959_1'
+    named = Config(dict(experiment_name='mine'))
+    cli.set_unique_experiment_name(named)
+    assert named.experiment_name == 'mine'

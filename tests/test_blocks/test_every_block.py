@@ -2,8 +2,8 @@
 
 Each block registered into mmpretrain's ``MODELS`` from ``lect_mm.blocks``
 is built by name with small arguments, run forward on a tiny input and
-backward; every trainable parameter must receive a finite gradient. A block that is
-registered but missing from ``BLOCKS`` fails the sweep.
+backward; every trainable parameter must receive a finite gradient. A block
+that is registered but missing from ``BLOCKS`` fails the sweep.
 """
 import pytest
 import torch

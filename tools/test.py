@@ -7,8 +7,9 @@ import mmengine
 from mmengine.config import Config, DictAction
 from mmengine.evaluator import DumpResults
 
-from lect_mm.engine.cli import (parse_launcher_args, runner_context,
-                                set_dataloader_defaults, set_work_dir)
+from lect_mm.engine.cli import (exit_launched_process, parse_launcher_args,
+                                runner_context, set_dataloader_defaults,
+                                set_work_dir)
 from lect_mm.engine.errors import merge_cfg_options
 
 
@@ -83,4 +84,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    exit_launched_process(main)

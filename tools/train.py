@@ -8,8 +8,9 @@ import time
 import lect_mm  # noqa: F401,I001  (first: registers modules, quiets warnings)
 from mmengine.config import Config, DictAction
 
-from lect_mm.engine.cli import (parse_launcher_args, runner_context,
-                                set_dataloader_defaults, set_work_dir)
+from lect_mm.engine.cli import (exit_launched_process, parse_launcher_args,
+                                runner_context, set_dataloader_defaults,
+                                set_work_dir)
 from lect_mm.engine.errors import merge_cfg_options
 
 
@@ -125,4 +126,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    exit_launched_process(main)

@@ -108,6 +108,24 @@ def set_dataloader_defaults(cfg: Config,
             loader.setdefault('persistent_workers', True)
 
 
+def exit_launched_process(main) -> None:
+    """Run a tool's ``main()``; a process started by a launcher (``torchrun``
+    sets ``LOCAL_RANK``) then leaves with ``os._exit`` once its output is
+    flushed. The process group is already destroyed by then, but letting the
+    interpreter unwind gloo's threads and the loaders' workers occasionally
+    aborts a finished rank at exit ("terminate called without an active
+    exception", SIGABRT), which turns a finished run into a failed one."""
+    import logging
+    import sys
+    main()
+    if 'LOCAL_RANK' not in os.environ:
+        return
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def set_unique_experiment_name(cfg: Config) -> None:
     """Name the run after its start time, as mmengine does, but never reuse
     a name this process has used: mmengine keys its logger and visualizer

@@ -35,6 +35,16 @@ class _CheckedCIFARMixin:
     file_sizes: dict = {}
     verify_md5 = True
 
+    def __init__(self,
+                 data_root: str = '',
+                 split: str = 'train',
+                 download: bool = False,
+                 verify_md5: bool = True,
+                 **kwargs):
+        self.verify_md5 = verify_md5
+        super().__init__(
+            data_root=data_root, split=split, download=download, **kwargs)
+
     @property
     def _name(self) -> str:
         return type(self).__name__
@@ -193,16 +203,6 @@ class CheckedCIFAR10(_CheckedCIFARMixin, CIFAR10):
         'test_batch': (31035526, 10000),
     }
 
-    def __init__(self,
-                 data_root: str = '',
-                 split: str = 'train',
-                 download: bool = False,
-                 verify_md5: bool = True,
-                 **kwargs):
-        self.verify_md5 = verify_md5
-        super().__init__(
-            data_root=data_root, split=split, download=download, **kwargs)
-
 
 @DATASETS.register_module()
 class CheckedCIFAR100(_CheckedCIFARMixin, CIFAR100):
@@ -225,13 +225,3 @@ class CheckedCIFAR100(_CheckedCIFARMixin, CIFAR100):
         'train': (155249918, 50000),
         'test': (31049707, 10000),
     }
-
-    def __init__(self,
-                 data_root: str = '',
-                 split: str = 'train',
-                 download: bool = False,
-                 verify_md5: bool = True,
-                 **kwargs):
-        self.verify_md5 = verify_md5
-        super().__init__(
-            data_root=data_root, split=split, download=download, **kwargs)

@@ -144,7 +144,9 @@ class LectRunner(Runner):
       does not resume from a damaged checkpoint (``resume_intact``);
       ``--resume PATH`` with a missing PATH stops, naming it;
     - the work directory is locked from before anything is written in it
-      until ``train``/``val``/``test`` returns (``lock_work_dir``).
+      until ``train``/``val``/``test`` returns (``lock_work_dir``);
+    - persistent data-loader workers end when ``train``/``val``/``test``
+      returns.
     """
 
     def __init__(self, *args, **kwargs):
@@ -168,23 +170,41 @@ class LectRunner(Runner):
         if lock is not None:
             lock.release()
 
+    def stop_loader_workers(self) -> None:
+        """End the persistent workers of the built loops' data loaders (done
+        when train/val/test returns; a later loop starts new ones).
+
+        Left to the garbage collector, a runner in a reference cycle stops
+        each worker only after torch's 5 s join timeout.
+        """
+        for loop in (self._train_loop, self._val_loop, self._test_loop):
+            loader = getattr(loop, 'dataloader', None)
+            iterator = getattr(loader, '_iterator', None)
+            if hasattr(iterator, '_shutdown_workers'):
+                iterator._shutdown_workers()
+                loader._iterator = None
+
+    def _finish(self) -> None:
+        self.stop_loader_workers()
+        self.release_work_dir()
+
     def train(self):
         try:
             return super().train()
         finally:
-            self.release_work_dir()
+            self._finish()
 
     def val(self):
         try:
             return super().val()
         finally:
-            self.release_work_dir()
+            self._finish()
 
     def test(self):
         try:
             return super().test()
         finally:
-            self.release_work_dir()
+            self._finish()
 
     def load_or_resume(self) -> None:
         if self._has_loaded:

@@ -1,5 +1,6 @@
 """LectRunner: one run per work dir, with a lock that a kill -9 does not
 leave stale and that never leaves a DDP rank waiting."""
+import multiprocessing
 import os
 import os.path as osp
 import subprocess
@@ -107,3 +108,19 @@ def test_forked_children_do_not_keep_the_work_dir_locked(tmp_path):
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
+
+
+# ------------------------------------------------- persistent loader workers
+def test_persistent_workers_end_when_train_returns(tmp_path):
+    # Left to the garbage collector (the runner is in reference cycles),
+    # each worker would stop only after torch's 5 s join timeout.
+    runner = RUNNERS.build(
+        tiny_cfg(tmp_path, 'workers_end', train_cfg=dict(max_epochs=1),
+                 train_dataloader=dict(num_workers=2, persistent_workers=True,
+                                       dataset=dict(indices=16)),
+                 val_dataloader=dict(num_workers=1, persistent_workers=True),
+                 log_level='WARNING'))
+    runner.train()
+    assert multiprocessing.active_children() == []
+    assert runner.val()['accuracy/top1'] >= 0  # a later loop starts anew
+    assert multiprocessing.active_children() == []

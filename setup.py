@@ -77,7 +77,7 @@ setup(
         'matplotlib>=3.5',
     ],
     extras_require={
-        'tests': ['pytest>=7'],
+        'tests': ['pytest>=7', 'pytest-xdist>=3'],
         'mmcv-lite': ['mmcv-lite>=2.0,<2.4'],
     },
     cmdclass={'build_py': BuildPyWithMim},

@@ -7,10 +7,18 @@ backbone's gradient checkpointing. Fixtures of the data-set tests live in
 ``tests/test_datasets/conftest.py``.
 """
 import importlib.util
+import os
 from pathlib import Path
 
-import pytest
-import torch
+# One intra-op thread in this process and in the tools it starts (set before
+# torch starts its pool): the tests run small tensors, and the README's
+# command runs them in one pytest worker per core (pytest-xdist), where more
+# threads only contend. Subprocesses inherit it, so a run resumed here and
+# its reference run in a child compute alike.
+os.environ.setdefault('OMP_NUM_THREADS', '1')
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,9 @@
-"""2-process CPU DDP (gloo) trains and validates one model: the ranks'
+"""``tools/dist_train.sh CONFIG 2``: 2-process CPU DDP (gloo, torchrun)
+trains and validates one model. The replicas stay identical, the ranks'
 BatchNorm statistics are averaged after each epoch (``SyncBuffersHook`` of
 default_runtime), so the ranks hold the same buffers, and the saved
-checkpoint, evaluated again, gives the metric the run logged."""
+checkpoint, evaluated again, gives the metric the run logged. (One run
+checks all of it: each 2-process start costs seconds.)"""
 import json
 import os
 import os.path as osp
@@ -16,21 +18,28 @@ from tiny_run_utils import TINY_CONFIG
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
-BUFFER_DUMP = textwrap.dedent('''
-    import os, torch
+RANK_DUMP = textwrap.dedent('''
+    import json, os, torch
     from mmengine.hooks import Hook
     from mmengine.model import is_model_wrapper
     from mmpretrain.registry import HOOKS
 
     @HOOKS.register_module()
-    class BufferDumpHook(Hook):
-        """Each rank saves its model's buffers when the run ends."""
+    class RankDumpHook(Hook):
+        """Each rank saves its model's buffers and describes its run."""
         def after_run(self, runner):
             model = runner.model
             module = model.module if is_model_wrapper(model) else model
             torch.save(dict(module.named_buffers()),
                        os.path.join(runner.work_dir,
                                     f'buffers_rank{runner.rank}.pth'))
+            total = sum(float(p.detach().double().sum())
+                        for p in module.parameters())
+            with open(os.path.join(runner.work_dir,
+                                   f'rank{runner.rank}.json'), 'w') as f:
+                json.dump(dict(world_size=runner.world_size,
+                               wrapper=type(model).__name__,
+                               iters=runner.iter, param_sum=total), f)
     ''')
 
 
@@ -51,40 +60,52 @@ def _logged_metric(work_dir, key):
     return values[0]
 
 
+def _log_text(work_dir):
+    logs = [
+        osp.join(root, f) for root, _, files in os.walk(work_dir)
+        for f in files if f.endswith('.log')
+    ]
+    assert len(logs) == 1, logs
+    with open(logs[0]) as f:
+        return f.read()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason='tests the CPU path')
-def test_two_cpu_ranks_validate_and_save_one_model(tmp_path):
+def test_dist_train_sh_two_cpu_ranks_train_one_model(tmp_path, load_script):
     work_dir = tmp_path / 'work'
-    (tmp_path / 'buffer_dump.py').write_text(BUFFER_DUMP)
+    (tmp_path / 'rank_dump.py').write_text(RANK_DUMP)
     config = tmp_path / 'ddp.py'
     config.write_text(
         f"_base_ = [{TINY_CONFIG!r}]\n"
-        "custom_imports = dict(imports=['lect_mm', 'buffer_dump'])\n"
-        "custom_hooks = [dict(type='BufferDumpHook')]\n"
+        "custom_imports = dict(imports=['lect_mm', 'rank_dump'])\n"
+        "custom_hooks = [dict(type='RankDumpHook')]\n"
         "train_cfg = dict(max_epochs=1)\n")
-    # The two ranks as torchrun starts them (without torchrun's own start).
     env = dict(
-        os.environ, WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
-        MASTER_PORT=str(_free_port()),
-        PYTHONPATH=os.pathsep.join(
-            [str(tmp_path), REPO, os.environ.get('PYTHONPATH', '')]))
-    procs = []
-    for rank in (0, 1):
-        log = open(tmp_path / f'rank{rank}.log', 'w')
-        procs.append(subprocess.Popen(
-            [sys.executable, osp.join(REPO, 'tools', 'train.py'),
-             str(config), '--work-dir', str(work_dir), '--launcher',
-             'pytorch'],
-            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-            stdout=log, stderr=subprocess.STDOUT))
-        log.close()
-    try:
-        codes = [p.wait(timeout=900) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    assert codes == [0, 0], (tmp_path / 'rank0.log').read_text()[-3000:] + (
-        tmp_path / 'rank1.log').read_text()[-3000:]
+        os.environ,
+        PORT=str(_free_port()),
+        # the checkout's lect_mm, not an installed one
+        PYTHONPATH=os.pathsep.join([str(tmp_path), REPO]),
+        PATH=osp.dirname(sys.executable) + os.pathsep + os.environ['PATH'])
+    with open(tmp_path / 'dist_train.log', 'w') as out:
+        proc = subprocess.run(
+            ['bash', osp.join(REPO, 'tools', 'dist_train.sh'),
+             str(config), '2', '--work-dir', str(work_dir)],
+            env=env, stdout=out, stderr=subprocess.STDOUT, timeout=600)
+    assert proc.returncode == 0, (tmp_path /
+                                  'dist_train.log').read_text()[-6000:]
+
+    ranks = [
+        json.loads((work_dir / f'rank{r}.json').read_text()) for r in (0, 1)
+    ]
+    for rank in ranks:
+        assert rank['world_size'] == 2
+        assert rank['wrapper'] == 'MMDistributedDataParallel'
+        assert rank['iters'] == 2  # 64 images / (2 ranks x batch 16)
+    # DDP kept the replicas identical.
+    assert ranks[0]['param_sum'] == ranks[1]['param_sum']
+    log = _log_text(str(work_dir))
+    assert 'Distributed training: True' in log
+    assert 'Training took' in log
 
     # Both ranks end with the same BatchNorm statistics (without the
     # average, each keeps the statistics of its own half of the data).
@@ -106,12 +127,7 @@ def test_two_cpu_ranks_validate_and_save_one_model(tmp_path):
 
     # The saved model, evaluated again in one process, scores what the
     # 2-process validation logged.
-    import importlib.util
-    spec = importlib.util.spec_from_file_location(
-        'lect_tools_test_sync', osp.join(REPO, 'tools', 'test.py'))
-    test_tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(test_tool)
-    metrics = test_tool.main([
+    metrics = load_script('tools/test.py').main([
         TINY_CONFIG, str(work_dir / 'best_accuracy_top1_epoch_1.pth'),
         '--work-dir', str(tmp_path / 'test'), '--cfg-options',
         'experiment_name=sync_buffers_test'])

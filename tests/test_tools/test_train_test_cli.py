@@ -1,12 +1,8 @@
 """tools/train.py, tools/test.py and tools/dist_train.sh on the CPU."""
 import contextlib
-import json
 import os
 import os.path as osp
-import socket
 import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -240,70 +236,6 @@ def test_too_few_classes_stop_before_the_first_iteration(train_tool,
         'train_dataloader.dataset (Digits: 10 classes, labels up to 9) '
         'needs 10: the first loss would fail')
     assert 'Epoch(train)' not in _log_text(str(tmp_path))
-
-
-# --------------------------------------------------- 2-process DDP on CPU
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-@cpu_only
-def test_dist_train_sh_two_cpu_processes(tmp_path):
-    work_dir = tmp_path / 'work'
-    (tmp_path / 'rank_marker.py').write_text(textwrap.dedent('''
-        import json, os
-        from mmengine.hooks import Hook
-        from mmengine.model import is_model_wrapper
-        from mmpretrain.registry import HOOKS
-
-        @HOOKS.register_module()
-        class RankMarkerHook(Hook):
-            def after_run(self, runner):
-                model = runner.model
-                wrapped = is_model_wrapper(model)
-                module = model.module if wrapped else model
-                total = sum(float(p.detach().double().sum())
-                            for p in module.parameters())
-                path = os.path.join(runner.work_dir, f'rank{runner.rank}.json')
-                with open(path, 'w') as f:
-                    json.dump(dict(world_size=runner.world_size,
-                                   wrapper=type(model).__name__,
-                                   iters=runner.iter, param_sum=total), f)
-        '''))
-    config = tmp_path / 'dist_cfg.py'
-    config.write_text(
-        f"_base_ = [{TINY!r}]\n"
-        "custom_imports = dict(imports=['lect_mm', 'rank_marker'])\n"
-        "custom_hooks = [dict(type='RankMarkerHook')]\n"
-        "train_cfg = dict(max_epochs=1)\n")
-    env = dict(
-        os.environ,
-        PORT=str(_free_port()),
-        # the checkout's lect_mm, not an installed one
-        PYTHONPATH=os.pathsep.join([str(tmp_path), REPO]),
-        PATH=osp.dirname(sys.executable) + os.pathsep + os.environ['PATH'])
-    proc = subprocess.run(
-        ['bash', osp.join(REPO, 'tools', 'dist_train.sh'),
-         str(config), '2', '--work-dir', str(work_dir)],
-        env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ranks = [
-        json.loads((work_dir / f'rank{r}.json').read_text()) for r in (0, 1)
-    ]
-    for rank in ranks:
-        assert rank['world_size'] == 2
-        assert rank['wrapper'] == 'MMDistributedDataParallel'
-        assert rank['iters'] == 2  # 64 images / (2 ranks x batch 16)
-    # DDP kept the replicas identical.
-    assert ranks[0]['param_sum'] == ranks[1]['param_sum']
-    assert [f for f in os.listdir(work_dir) if f.startswith('epoch_')] == [
-        'epoch_1.pth'
-    ]
-    log = _log_text(str(work_dir))
-    assert 'Distributed training: True' in log
-    assert 'Training took' in log
 
 
 # ------------------------------------------------------------------ CI

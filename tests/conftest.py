@@ -19,6 +19,7 @@ os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from mmengine.config import Config  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,3 +101,23 @@ def same_outputs_and_grads():
     checkpointing (``with_cp=True``) changes neither outputs nor gradients,
     and does recompute ``block`` in backward."""
     return _same_outputs_and_grads
+
+
+@pytest.fixture(scope='session', autouse=True)
+def format_each_config_once():
+    """mmengine formats the whole config with yapf each time a run logs,
+    dumps or checkpoints it (about 0.1 s each, six times in a tiny run). The
+    text depends only on the config's content, so the suite formats each
+    content once (a test of the text still reads mmengine's own text)."""
+    text_of = Config.pretty_text.fget
+    texts = {}
+
+    def pretty_text(self):
+        key = repr(self._cfg_dict)
+        if key not in texts:
+            texts[key] = text_of(self)
+        return texts[key]
+
+    Config.pretty_text = property(pretty_text)
+    yield
+    Config.pretty_text = property(text_of)

@@ -127,19 +127,25 @@ def exit_launched_process(main) -> None:
 
 
 def set_unique_experiment_name(cfg: Config) -> None:
-    """Name the run after its start time, as mmengine does, but never reuse
-    a name this process has used: mmengine keys its logger and visualizer
-    by the name, so a second run started in the same second would write
-    its log and scalars into the first run's files. A name set in the
-    config is kept."""
-    if cfg.get('experiment_name'):
+    """Never let a run reuse a run name this process has used.
+
+    mmengine names a run ``<experiment_name or config file name>_<start
+    time>`` and keys its logger and visualizer by that name, so a second run
+    of a config started in the same second would write its log and scalars
+    into the first run's files. When that name is taken, ``experiment_name``
+    becomes ``<prefix>_<i>`` with the first free ``i``; otherwise the config
+    is left as it is.
+    """
+    stamp = time.strftime('%Y%m%d_%H%M%S', time.localtime())
+    prefix = cfg.get('experiment_name') or (osp.splitext(
+        osp.basename(cfg.filename))[0] if cfg.filename else None)
+    if not MMLogger.check_instance_created(
+            f'{prefix}_{stamp}' if prefix else stamp):
         return
-    base = time.strftime('%Y%m%d_%H%M%S', time.localtime())
-    name, i = base, 1
-    while MMLogger.check_instance_created(name):
-        name, i = f'{base}_{i}', i + 1
-    if name != base:
-        cfg.experiment_name = name
+    prefix, i = prefix or 'run', 1
+    while MMLogger.check_instance_created(f'{prefix}_{i}_{stamp}'):
+        i += 1
+    cfg.experiment_name = f'{prefix}_{i}'
 
 
 @contextmanager

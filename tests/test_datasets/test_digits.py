@@ -75,3 +75,16 @@ def test_image_size_and_ratio():
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Digits(**kwargs)
+
+
+def test_arrays_are_scikit_learns_digits():
+    from sklearn.datasets import load_digits
+
+    from lect_mm.datasets.digits import load_digits_arrays
+    images, labels = load_digits_arrays()
+    reference = load_digits()
+    np.testing.assert_array_equal(images, reference.images)
+    np.testing.assert_array_equal(labels, reference.target)
+    assert labels.dtype == np.int64
+    with pytest.raises(ValueError, match='read-only'):
+        images[0, 0, 0] = 1

@@ -72,20 +72,31 @@ def test_set_dataloader_defaults():
     assert 'persistent_workers' not in cfg.test_dataloader  # None: untouched
 
 
-def test_runs_in_one_second_get_names_of_their_own(monkeypatch):
+def test_runs_in_one_second_get_names_of_their_own(monkeypatch, tmp_path):
     from mmengine.config import Config
     from mmengine.logging import MMLogger
 
     from lect_mm.engine import cli
     monkeypatch.setattr(cli.time, 'strftime',
                         lambda fmt, t=None: '20991231_235959')
-    first = Config(dict())
-    cli.set_unique_experiment_name(first)
-    assert 'experiment_name' not in first  # mmengine's own name is kept
-    MMLogger.get_instance('20991231_235959')  # the first run's logger
-    second = Config(dict())
-    cli.set_unique_experiment_name(second)
-    assert second.experiment_name == '20991231_235959_1'
-    named = Config(dict(experiment_name='mine'))
-    cli.set_unique_experiment_name(named)
-    assert named.experiment_name == 'mine'
+    config_file = tmp_path / 'tiny.py'
+    config_file.write_text('a = 1\n')
+    for make, first_name, second in (
+        (lambda: Config(dict()), '20991231_235959', 'run_1'),
+        (lambda: Config.fromfile(str(config_file)), 'tiny_20991231_235959',
+         'tiny_1'),
+        (lambda: Config(dict(experiment_name='mine')),
+         'mine_20991231_235959', 'mine_1'),
+    ):
+        first = make()
+        cli.set_unique_experiment_name(first)
+        assert first.get('experiment_name') == make().get(
+            'experiment_name')  # mmengine's own name is kept
+        MMLogger.get_instance(first_name)  # the first run's logger
+        cfg = make()
+        cli.set_unique_experiment_name(cfg)
+        assert cfg.experiment_name == second
+        MMLogger.get_instance(f'{second}_20991231_235959')
+        third = make()
+        cli.set_unique_experiment_name(third)
+        assert third.experiment_name == second[:-1] + '2'

@@ -121,3 +121,10 @@ def format_each_config_once():
     Config.pretty_text = property(pretty_text)
     yield
     Config.pretty_text = property(text_of)
+
+
+def pytest_collection_modifyitems(items):
+    """Tests marked ``heavy`` run first: pytest-xdist hands out tests in
+    order, and a multi-second test handed out last keeps one worker busy
+    after the others are done."""
+    items.sort(key=lambda item: item.get_closest_marker('heavy') is None)

@@ -5,7 +5,6 @@ import torch
 from lect_mm.blocks import AlterNetMSABlock, PreActBasicBlock
 from lect_mm.models.backbones import AlterNet
 
-
 TINY = dict(depths=(2, 2, 2, 2), msa_depths=(0, 1, 1, 1),
             num_heads=(1, 1, 2, 2), channels=(8, 16, 32, 64))
 

@@ -5,13 +5,13 @@ import pytest
 import torch
 import torch.nn as nn
 from mmengine.config import Config
+from mmpretrain.registry import MODELS
 
 import lect_mm  # noqa: F401
 from lect_mm.blocks import (CeiTLeFF, LeFFN, LeMSA, LeMSAv2,
                             MultiheadSelfAttention, ResizeUpsampler)
 from lect_mm.models.backbones import LeCT
 from lect_mm.models.backbones.lect import merge_cfg
-from mmpretrain.registry import MODELS
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / 'tests' / 'reference'))

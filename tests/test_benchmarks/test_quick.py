@@ -102,6 +102,7 @@ def test_dropout(bench):
     assert '### ResNet: no dropout with p > 0, skipped' in text
 
 
+@pytest.mark.heavy
 def test_resolution_scaling(bench, tmp_path):
     mod = bench('resolution_scaling')
     mod.main(QUICK + ['--out', str(tmp_path)])
@@ -123,6 +124,7 @@ def test_inference(bench):
         assert 'failed' not in _table_rows(text, name)[0]
 
 
+@pytest.mark.heavy
 def test_data_pipeline(bench):
     mod = bench('data_pipeline')
     report = mod.main(QUICK + ['--num-workers', '0'])

@@ -105,6 +105,7 @@ def _interrupted_then_resumed(work_dir, name, rng_state_hook=True):
     return _final_state(resumed)
 
 
+@pytest.mark.heavy
 def test_resumed_run_equals_uninterrupted_run(uninterrupted, tmp_path):
     resumed = _interrupted_then_resumed(tmp_path, 'resume_rng')
     assert resumed.keys() == uninterrupted.keys()
@@ -115,6 +116,7 @@ def test_resumed_run_equals_uninterrupted_run(uninterrupted, tmp_path):
     assert not different
 
 
+@pytest.mark.heavy
 def test_without_rng_state_hook_resume_differs(uninterrupted, tmp_path):
     # The cause the hook fixes: mmengine re-seeds on resume, so the flips
     # (numpy) and drop path (torch) of epoch 3 differ. The sampler order
@@ -172,6 +174,7 @@ def _load_train_tool():
     return module
 
 
+@pytest.mark.heavy
 @pytest.mark.skipif(sys.platform == 'win32', reason='needs SIGKILL')
 def test_sigkilled_run_with_persistent_workers_resumes_exactly(
         uninterrupted_run, tmp_path):

@@ -127,6 +127,7 @@ def _train_in_a_child_and_kill_it(work_dir, timeout=300):
         time.sleep(0.05)
 
 
+@pytest.mark.heavy
 def test_kill_9_during_a_checkpoint_write(tmp_path):
     status = _train_in_a_child_and_kill_it(tmp_path)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL

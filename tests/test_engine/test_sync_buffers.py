@@ -70,6 +70,7 @@ def _log_text(work_dir):
         return f.read()
 
 
+@pytest.mark.heavy
 @pytest.mark.skipif(torch.cuda.is_available(), reason='tests the CPU path')
 def test_dist_train_sh_two_cpu_ranks_train_one_model(tmp_path, load_script):
     work_dir = tmp_path / 'work'

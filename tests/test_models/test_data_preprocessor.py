@@ -4,9 +4,9 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
+from mmpretrain.registry import MODELS, TRANSFORMS
 
 import lect_mm  # noqa: F401
-from mmpretrain.registry import MODELS, TRANSFORMS
 from lect_mm.models.data_preprocessor import ResizeClsDataPreprocessor
 
 MEAN = [0.4914 * 255, 0.4822 * 255, 0.4465 * 255]

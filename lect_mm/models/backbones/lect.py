@@ -19,9 +19,8 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import (accepted_args, conv_out_size, set_defaults,
                                   to_pair)
-from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  freeze_stages, parse_arch, parse_out_indices,
-                                  run_block)
+from lect_mm.models.utils import (FreezeNormEvalMixin, freeze_stages,
+                                  parse_arch, parse_out_indices, run_block)
 
 
 def merge_cfg(base: dict, override: Optional[dict]) -> dict:
@@ -240,9 +239,7 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         self.img_size = to_pair(img_size, 'img_size')
         self.out_indices = tuple(
             parse_out_indices(out_indices, self.num_stages, 'stages'))
-        self.frozen_stages = check_frozen_stages(frozen_stages,
-                                                 self.num_stages)
-        self.norm_eval = norm_eval
+        self._init_freezing(frozen_stages, self.num_stages, norm_eval)
 
         patch_cfgs = _per_stage(patch_cfg, self.num_stages, 'patch_cfg')
         attn_cfgs = _per_stage(attn_cfg, self.num_stages, 'attn_cfg')

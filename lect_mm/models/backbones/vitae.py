@@ -8,9 +8,8 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
-from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  freeze_stages, parse_arch, parse_out_indices,
-                                  run_block)
+from lect_mm.models.utils import (FreezeNormEvalMixin, freeze_stages,
+                                  parse_arch, parse_out_indices, run_block)
 
 
 class _ViTAEStage(nn.Module):
@@ -149,9 +148,7 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
         self.num_stages = len(a['embed_dims'])
         self.out_indices = parse_out_indices(out_indices, self.num_stages,
                                              'stages')
-        self.frozen_stages = check_frozen_stages(frozen_stages,
-                                                 self.num_stages)
-        self.norm_eval = norm_eval
+        self._init_freezing(frozen_stages, self.num_stages, norm_eval)
         self.with_cp = with_cp
         self.out_channels = list(a['token_dims'])
 

@@ -1,10 +1,11 @@
 """One training epoch of CIFAR-10-shaped data: CPU resize vs device resize.
 
-The report trains on 32×32 images resized to 224 (SPEC §8). With the resize
-in the CPU pipeline (``configs/_base_/datasets/cifar10.py``) every sample
-becomes a 224×224×3 array that the workers must produce, collate and copy;
-with ``configs/_base_/datasets/cifar10_device_resize.py`` the workers stop at
-32×32 and ``ResizeClsDataPreprocessor`` resizes the batch on the device.
+The report trains on 32×32 images resized to 224 (LeCT report, Appendix). With
+the resize in the CPU pipeline (``configs/_base_/datasets/cifar10.py``) every
+sample becomes a 224×224×3 array that the workers must produce, collate and
+copy; with ``configs/_base_/datasets/cifar10_device_resize.py`` the workers
+stop at 32×32 and ``ResizeClsDataPreprocessor`` resizes the batch on the
+device.
 For each of the two, this script times on one device:
 
 * loader only: one pass over the dataloader (workers, augmentation,

@@ -48,8 +48,8 @@ from lect_mm.blocks import LeMSA
 from lect_mm.blocks.functional import IMPLS  # the two paths compared
 from lect_mm.blocks.pooled_attention import pool_map, pooled_key_attention
 
-# LeCT v1 stages (SPEC §6): (embed_dims, num_heads, sr_ratio K, stride from
-# the input image).
+# LeCT v1 stages (LeCT report §3): (embed_dims, num_heads, sr_ratio K,
+# stride from the input image).
 STAGES = {
     1: dict(embed_dims=64, num_heads=2, sr_ratio=14, stride=4),
     2: dict(embed_dims=128, num_heads=4, sr_ratio=7, stride=8),

@@ -1,7 +1,7 @@
 """Whole-model training throughput of the report's models (Table 2).
 
-One full training step as the report trains (SPEC §8) and as mmengine's
-runner runs it (the model's loss, then an optim wrapper built by
+One full training step as the report trains (LeCT report, Appendix) and as
+mmengine's runner runs it (the model's loss, then an optim wrapper built by
 ``build_optim_wrapper``: backward + gradient-norm clip (5) + AdamW step;
 see ``common.models.TrainStep``), batch 64, 224×224, synthetic
 data already on the device (so the data pipeline is not measured; see
@@ -36,9 +36,7 @@ from common.models import (MODEL_CONFIGS, REFERENCE_MODEL, TrainStep,
 from common.report import Report, machine_header, markdown_table
 from common.timing import measure, synchronize
 
-from lect_mm.analysis import count_params
-
-from lect_mm.analysis import training_footprint
+from lect_mm.analysis import count_params, training_footprint
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -1,13 +1,12 @@
-"""The LeCT transformer block (LeCT report §3, SPEC §5)."""
+"""The LeCT transformer block (LeCT report §3)."""
 from typing import Tuple
 
 import torch
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
-from torch import nn
-
 from mmpretrain.registry import MODELS
+from torch import nn
 
 
 @MODELS.register_module()

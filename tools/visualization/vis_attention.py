@@ -1,6 +1,6 @@
 """Overlay the attention maps of a LeCT (or MSA / CeiT) model on an image.
 
-For LeMSA (LeCT report §3.3, SPEC §2) a query is one cell of the pooled
+For LeMSA (LeCT report §3.3) a query is one cell of the pooled
 ``h' x w'`` grid, and its attention is the softmax over the full-resolution
 keys (the key-upsampled axis): one ``H x W`` map per head, which this tool
 resizes to the input image and overlays, one panel per head. Rows are the

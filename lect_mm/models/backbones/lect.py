@@ -1,4 +1,4 @@
-"""LeCT: Locally-enhanced Convolutional Transformer (report §3, SPEC §5-6).
+"""LeCT: Locally-enhanced Convolutional Transformer (LeCT report §3).
 
 Three stages, each ``ConvPatchEmbed -> depth x LeCTBlock -> LayerNorm``. The
 blocks themselves (LeMSA, LeMSAv2, LeFFN, the query upsamplers) live in
@@ -69,7 +69,7 @@ def _per_stage(cfg: Union[dict, Sequence[dict], None], num_stages: int,
 
 
 class LeCTStage(BaseModule):
-    """One LeCT stage: patch embedding, blocks, LayerNorm (SPEC §5).
+    """One LeCT stage: patch embedding, blocks, LayerNorm (LeCT report §3).
 
     Args:
         patch_embed (dict): Config of the patch embedding.
@@ -109,9 +109,9 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
     """Locally-enhanced Convolutional Transformer backbone.
 
     Implements the network of the LeCT report (§3 LeMSA and LeFFN, Appendix
-    LeCT v2 and v3; SPEC §5-6): stage ``i`` is a convolutional patch
-    embedding (kernel 7 stride 4, then kernel 3 stride 2) followed by
-    ``depths[i]`` :class:`~lect_mm.blocks.LeCTBlock` and a LayerNorm.
+    LeCT v2 and v3): stage ``i`` is a convolutional patch embedding (kernel
+    7 stride 4, then kernel 3 stride 2) followed by ``depths[i]``
+    :class:`~lect_mm.blocks.LeCTBlock` and a LayerNorm.
 
     Everything inside a stage comes from config dicts: the arch table gives
     per-stage attention configs (``attn_cfgs``), and ``patch_cfg``,
@@ -126,10 +126,11 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
 
     Args:
         arch (str | dict): LeCT variant, one of ``'v1'``, ``'v2'``, ``'v3'``
-            (SPEC §6), or a dict with the keys ``embed_dims``, ``depths``,
-            ``num_heads``, ``ffn_ratios``, ``attn_cfgs`` (lists with one
-            entry per stage) and optionally ``patch_sizes`` and ``strides``
-            (default kernel 7 stride 4, then kernel 3 stride 2).
+            (LeCT report §3 and Appendix), or a dict with the keys
+            ``embed_dims``, ``depths``, ``num_heads``, ``ffn_ratios``,
+            ``attn_cfgs`` (lists with one entry per stage) and optionally
+            ``patch_sizes`` and ``strides`` (default kernel 7 stride 4, then
+            kernel 3 stride 2).
             Defaults to 'v1'.
         img_size (int | tuple[int, int]): Input size the network is trained
             for. Only v3's SVConvTransposeUpsampler uses it: its

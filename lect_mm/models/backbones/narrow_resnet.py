@@ -34,8 +34,8 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
     ``ReLU(drop_path(residual) + shortcut)``.
 
     ``arch='report'`` is the author's ``ResNet(BasicBlock, [2, 2, 2, 2])``
-    (widths 32/64/96/128, BASELINES §2); ``arch='18'`` equals mmpretrain's
-    ``ResNet(depth=18)`` key for key.
+    (the LeCT author's ``ResNet.py``; widths 32/64/96/128); ``arch='18'``
+    equals mmpretrain's ``ResNet(depth=18)`` key for key.
 
     Args:
         arch (str | dict): A key of ``arch_zoo`` or a dict with ``depths``

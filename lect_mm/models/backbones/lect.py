@@ -68,6 +68,17 @@ def _per_stage(cfg: Union[dict, Sequence[dict], None], num_stages: int,
     return cfg
 
 
+def _lemsa_cfgs(query_upsampler: dict) -> List[dict]:
+    """The per-stage attention of LeCT v1 and v3: LeMSA with ``sr_ratio``
+    14, 7, 2 and a bilinear key-axis resize; they differ in
+    ``query_upsampler`` only (LeCT report §3.3, Appendix "LeCTv3")."""
+    return [
+        dict(type='LeMSA', sr_ratio=sr, key_upsample='bilinear',
+             query_upsampler=copy.deepcopy(query_upsampler))
+        for sr in (14, 7, 2)
+    ]
+
+
 class LeCTStage(BaseModule):
     """One LeCT stage: patch embedding, blocks, LayerNorm (LeCT report §3).
 
@@ -176,12 +187,8 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
             depths=[1, 3, 1],
             num_heads=[2, 4, 6],
             ffn_ratios=[2, 3, 4],
-            attn_cfgs=[
-                dict(type='LeMSA', sr_ratio=sr, key_upsample='bilinear',
-                     query_upsampler=dict(
-                         type='ResizeDWConvUpsampler', mode='bilinear'))
-                for sr in (14, 7, 2)
-            ]),
+            attn_cfgs=_lemsa_cfgs(
+                dict(type='ResizeDWConvUpsampler', mode='bilinear'))),
         'v2': dict(
             embed_dims=[64, 128, 192],
             depths=[1, 3, 1],
@@ -196,18 +203,12 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                                           (7, 1 / 4, 'bilinear'),
                                           (7, 1 / 8, 'bilinear')]
             ]),
-        'v3': dict(
-            embed_dims=[64, 128, 192],
-            depths=[1, 3, 1],
-            num_heads=[2, 4, 6],
-            ffn_ratios=[2, 3, 4],
-            attn_cfgs=[
-                dict(type='LeMSA', sr_ratio=sr, key_upsample='bilinear',
-                     query_upsampler=dict(
-                         type='SVConvTransposeUpsampler', cr_ratio=0.1))
-                for sr in (14, 7, 2)
-            ]),
     }
+    # v3 is v1 with the spatially-varying ConvTranspose query upsampler.
+    arch_zoo['v3'] = dict(
+        arch_zoo['v1'],
+        attn_cfgs=_lemsa_cfgs(
+            dict(type='SVConvTransposeUpsampler', cr_ratio=0.1)))
     essential_keys = ('embed_dims', 'depths', 'num_heads', 'ffn_ratios',
                       'attn_cfgs')
 

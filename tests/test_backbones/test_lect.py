@@ -5,13 +5,13 @@ import pytest
 import torch
 import torch.nn as nn
 from mmengine.config import Config
+from mmpretrain.registry import MODELS
 
 import lect_mm  # noqa: F401
 from lect_mm.blocks import (CeiTLeFF, LeFFN, LeMSA, LeMSAv2,
                             MultiheadSelfAttention, ResizeUpsampler)
 from lect_mm.models.backbones import LeCT
 from lect_mm.models.backbones.lect import merge_cfg
-from mmpretrain.registry import MODELS
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / 'tests' / 'reference'))
@@ -162,6 +162,33 @@ def test_ffn_cfg_swaps_the_feed_forward():
     out, = model(torch.randn(2, 3, 32, 32))
     out.sum().backward()
     assert all(f.conv1.weight.grad is not None for f in ffns)
+
+
+def test_ffn_cfg_swaps_in_mmcv_ffn():
+    # mmcv's FFN takes no hw_shape and adds its own identity by default: the
+    # block calls it with the tokens alone and builds it without identity;
+    # it gets the stage's width and the drop rate.
+    model = LeCT('v1', ffn_cfg=dict(type='FFN', act_cfg=dict(type='GELU')))
+    ffns = [blk.ffn for blk in _blocks(model)]
+    assert all(type(f) is MODELS.get('FFN') for f in ffns)
+    assert [f.feedforward_channels for f in ffns] == [128, 384, 384, 384, 768]
+    assert not any(f.add_identity for f in ffns)
+    assert all(f.layers[-1].p == 0.1 for f in ffns)
+    assert not any(blk.ffn_takes_hw_shape for blk in _blocks(model))
+    x = torch.randn(2, 3, 32, 32)
+    out, = model(x)
+    assert out.shape == (2, 192, 2, 2)
+    out.sum().backward()
+    assert all(f.layers[0][0].weight.grad is not None for f in ffns)
+    # The residual stays the block's: x + DP(ffn(LN(x))), nothing more.
+    blk = _blocks(model)[0].eval()
+    tokens = torch.randn(2, 64, 64)
+    h = tokens + blk.attn(blk.norm1(tokens), (8, 8))
+    torch.testing.assert_close(blk(tokens, (8, 8)),
+                               h + blk.ffn.layers(blk.norm2(h)))
+    with pytest.raises(ValueError, match='add_identity=True would add the '
+                       'identity twice'):
+        LeCT('v1', ffn_cfg=dict(type='FFN', add_identity=True))
 
 
 def test_upsampler_swap_and_merge_cfg():

@@ -18,7 +18,7 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import (accepted_args, conv_out_size, set_defaults,
-                                  to_pair)
+                                  set_named_defaults, to_pair)
 from lect_mm.models.utils import (FreezeNormEvalMixin, freeze_stages,
                                   parse_arch, parse_out_indices, run_block)
 
@@ -161,7 +161,12 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         attn_cfg (dict | list[dict]): Merged into each stage's attention
             config from the arch. Defaults to ``dict()``.
         ffn_cfg (dict | list[dict]): Merged into each stage's FFN config
-            ``dict(type='LeFFN', ffn_ratio=...)``. Defaults to ``dict()``.
+            ``dict(type='LeFFN', ffn_ratio=...)``. A type that takes
+            ``feedforward_channels`` gets ``int(embed_dims * ffn_ratio)``,
+            and a token-wise FFN is called without ``hw_shape`` (see
+            :class:`~lect_mm.blocks.LeCTBlock`), so mmcv's
+            ``dict(type='FFN', act_cfg=dict(type='GELU'))`` swaps in a plain
+            MLP of the same width. Defaults to ``dict()``.
         norm_cfg (dict): Norm of the blocks and of each stage's output.
             Defaults to ``dict(type='LN', eps=1e-6)``.
         out_indices (Sequence[int] | int): Stages whose normalised
@@ -271,6 +276,8 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                 dict(type='LeFFN', ffn_ratio=arch['ffn_ratios'][i]),
                 ffn_cfgs[i])
             ffn = set_defaults(ffn, ffn_drop=drop_rate)
+            ffn = set_named_defaults(
+                ffn, feedforward_channels=int(dims * arch['ffn_ratios'][i]))
 
             blocks = [
                 dict(type='LeCTBlock', embed_dims=dims,

@@ -156,8 +156,12 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         drop_path_rate (float): Stochastic depth rate, increased linearly
             from 0 over all blocks. Defaults to 0.1.
         patch_cfg (dict | list[dict]): Merged into each stage's patch
-            embedding config ``dict(type='ConvPatchEmbed', norm_cfg=LN eps
-            1e-5)``. Defaults to ``dict()``.
+            embedding config ``dict(type='ConvPatchEmbed', kernel_size=...,
+            stride=..., norm_cfg=LN eps 1e-5)`` (kernel and stride from the
+            arch's ``patch_sizes`` and ``strides``; a ``kernel_size``,
+            ``stride`` or ``padding`` given here wins). ``in_channels``
+            and ``embed_dims`` follow from the arch and, like a key the
+            type does not take, raise a ValueError. Defaults to ``dict()``.
         attn_cfg (dict | list[dict]): Merged into each stage's attention
             config from the arch. Defaults to ``dict()``.
         ffn_cfg (dict | list[dict]): Merged into each stage's FFN config
@@ -258,14 +262,16 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         self.stages = ModuleList()
         prev_dims, block_idx = in_channels, 0
         for i, dims in enumerate(self.embed_dims):
-            kernel, stride = arch['patch_sizes'][i], arch['strides'][i]
+            patch = self._patch_embed_cfg(patch_cfgs[i],
+                                          arch['patch_sizes'][i],
+                                          arch['strides'][i])
+            patch.update(in_channels=prev_dims, embed_dims=dims)
+            kernel = patch.get('kernel_size', arch['patch_sizes'][i])
+            stride = patch.get('stride', arch['strides'][i])
+            padding = patch.get('padding')
+            padding = kernel // 2 if padding is None else padding
             size = tuple(
-                conv_out_size(s, kernel, stride, kernel // 2) for s in size)
-            patch = merge_cfg(
-                dict(type='ConvPatchEmbed',
-                     norm_cfg=dict(type='LN', eps=1e-5)), patch_cfgs[i])
-            patch.update(in_channels=prev_dims, embed_dims=dims,
-                         kernel_size=kernel, stride=stride)
+                conv_out_size(s, kernel, stride, padding) for s in size)
 
             attn = merge_cfg(arch['attn_cfgs'][i], attn_cfgs[i])
             attn = set_defaults(
@@ -301,6 +307,30 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         arch.setdefault('patch_sizes', [7] + [3] * (num_stages - 1))
         arch.setdefault('strides', [4] + [2] * (num_stages - 1))
         return arch
+
+    @staticmethod
+    def _patch_embed_cfg(patch_cfg: Optional[dict], kernel_size: int,
+                         stride: int) -> dict:
+        """A stage's patch embedding config: ``patch_cfg`` merged onto
+        ``ConvPatchEmbed`` with the arch's kernel and stride, every key
+        checked against what the type accepts (``in_channels`` and
+        ``embed_dims`` follow from the arch's widths)."""
+        patch = merge_cfg(
+            dict(type='ConvPatchEmbed', kernel_size=kernel_size,
+                 stride=stride, norm_cfg=dict(type='LN', eps=1e-5)),
+            patch_cfg)
+        accepted = accepted_args(patch['type'])
+        if accepted is None:
+            return patch
+        allowed = accepted - {'in_channels', 'embed_dims'}
+        refused = sorted(set(patch) - allowed - {'type'})
+        if refused:
+            raise ValueError(
+                f'patch_cfg sets {refused}, which {patch["type"]!r} does not '
+                'take or LeCT derives from the arch (in_channels, '
+                f"embed_dims: arch['embed_dims']); accepted keys: "
+                f'{sorted(allowed)}.')
+        return patch
 
     @staticmethod
     def _bind_resolution(attn: dict, size: Tuple[int, int]):

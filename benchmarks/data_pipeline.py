@@ -38,7 +38,7 @@ from typing import Dict, List
 import numpy as np
 import torch
 from common import REPO_ROOT
-from common.cli import new_parser, setup
+from common.cli import layout_flags, new_parser, setup
 from common.models import (MODEL_CONFIGS, TrainStep, build_classifier,
                            compile_model, load_config)
 from common.report import Report, machine_header, markdown_table
@@ -277,10 +277,7 @@ def main(argv=None) -> Report:
              'bf16 autocast' if args.amp else 'fp32']
     if args.pin_memory:
         flags.append('pin_memory')
-    if args.channels_last:
-        flags.append('channels_last')
-    if args.compile:
-        flags.append('torch.compile')
+    flags += layout_flags(args)
     model_name = args.model if args.model in MODEL_CONFIGS else \
         args.model.replace(REPO_ROOT + '/', '')
     if args.loader_only:

@@ -28,7 +28,8 @@ import traceback
 from typing import Dict, Optional
 
 import torch
-from common.cli import add_model_args, new_parser, resolve_models, setup
+from common.cli import (add_model_args, layout_flags, new_parser,
+                        resolve_models, setup)
 from common.memory import MEMORY_NOTE, fmt_bytes, peak_memory
 from common.models import (MODEL_CONFIGS, REFERENCE_MODEL, TrainStep,
                            build_classifier, compile_model, num_classes_of,
@@ -123,11 +124,7 @@ def run_model(config: str, args, device: torch.device) -> Dict:
 def _settings(args) -> str:
     flags = [f'batch {args.batch_size}', f'{args.img_size}²',
              'bf16 autocast' if args.amp else 'fp32']
-    if args.channels_last:
-        flags.append('channels_last')
-    if args.compile:
-        flags.append('torch.compile')
-    return ', '.join(flags)
+    return ', '.join(flags + layout_flags(args))
 
 
 def throughput_table(args, device: torch.device, report: Report) -> None:

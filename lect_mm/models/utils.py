@@ -175,6 +175,16 @@ FROZEN_STAGES_DOC = (
     'freezes the whole backbone.')
 
 
+# The default ``init_cfg`` of the token backbones (CCT, CeiT, ViTAE, LeCT),
+# as in their references and mmpretrain's VisionTransformer: trunc-normal
+# (std 0.02, bias 0) Linear layers and unit LayerNorms. BaseModule keeps a
+# deep copy, so the list is never modified.
+TRUNC_NORMAL_INIT_CFG = [
+    dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
+    dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
+]
+
+
 def check_frozen_stages(frozen_stages: int, num_stages: int) -> int:
     """Return ``frozen_stages`` if it is an int in ``[-1, num_stages]``.
 

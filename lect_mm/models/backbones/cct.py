@@ -11,9 +11,9 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
 from lect_mm.blocks.dropout import FastDropout
-from lect_mm.models.utils import (FreezeNormEvalMixin, freeze_stages,
-                                  is_pretrained, parse_arch, parse_pooled_out,
-                                  run_block)
+from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
+                                  freeze_stages, is_pretrained, parse_arch,
+                                  parse_pooled_out, run_block)
 
 
 def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
@@ -124,12 +124,7 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
-                 init_cfg=[
-                     dict(type='TruncNormal', layer='Linear', std=.02,
-                          bias=0.),
-                     dict(type='Constant', layer='LayerNorm', val=1.,
-                          bias=0.)
-                 ]):  # yapf: disable
+                 init_cfg=TRUNC_NORMAL_INIT_CFG):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = a = parse_arch(arch, self.arch_zoo,
                                             self.essential_keys)

@@ -12,9 +12,9 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
 from lect_mm.blocks.dropout import FastDropout
-from lect_mm.models.utils import (FreezeNormEvalMixin, freeze_stages,
-                                  is_pretrained, parse_arch, parse_pooled_out,
-                                  run_block)
+from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
+                                  freeze_stages, is_pretrained, parse_arch,
+                                  parse_pooled_out, run_block)
 
 
 @MODELS.register_module()
@@ -134,12 +134,7 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
-                 init_cfg=[
-                     dict(type='TruncNormal', layer='Linear', std=.02,
-                          bias=0.),
-                     dict(type='Constant', layer='LayerNorm', val=1.,
-                          bias=0.)
-                 ]):  # yapf: disable
+                 init_cfg=TRUNC_NORMAL_INIT_CFG):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self._parse_arch(arch)
         a = self.arch_settings

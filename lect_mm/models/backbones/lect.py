@@ -19,8 +19,9 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import (accepted_args, conv_out_size, set_defaults,
                                   set_named_defaults, to_pair)
-from lect_mm.models.utils import (FreezeNormEvalMixin, freeze_stages,
-                                  parse_arch, parse_out_indices, run_block)
+from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
+                                  freeze_stages, parse_arch, parse_out_indices,
+                                  run_block)
 
 
 def merge_cfg(base: dict, override: Optional[dict]) -> dict:
@@ -236,12 +237,7 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
-                 init_cfg=[
-                     dict(type='TruncNormal', layer='Linear', std=.02,
-                          bias=0.),
-                     dict(type='Constant', layer='LayerNorm', val=1.,
-                          bias=0.),
-                 ]):
+                 init_cfg=TRUNC_NORMAL_INIT_CFG):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self._parse_arch(arch)
         arch = self.arch_settings

@@ -8,8 +8,9 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
-from lect_mm.models.utils import (FreezeNormEvalMixin, freeze_stages,
-                                  parse_arch, parse_out_indices, run_block)
+from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
+                                  freeze_stages, parse_arch, parse_out_indices,
+                                  run_block)
 
 
 class _ViTAEStage(nn.Module):
@@ -135,12 +136,7 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
-                 init_cfg=[
-                     dict(type='TruncNormal', layer='Linear', std=.02,
-                          bias=0.),
-                     dict(type='Constant', layer='LayerNorm', val=1.,
-                          bias=0.)
-                 ]):  # yapf: disable
+                 init_cfg=TRUNC_NORMAL_INIT_CFG):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = a = parse_arch(arch, self.arch_zoo,
                                             self.essential_keys,

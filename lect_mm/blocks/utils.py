@@ -11,6 +11,7 @@ import inspect
 from typing import Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
+from mmcv.cnn.bricks.transformer import FFN
 from mmengine.utils import to_2tuple
 from mmpretrain.registry import MODELS
 
@@ -99,6 +100,36 @@ def build_attention(attn_cfg: dict, embed_dims: int, num_heads: int,
         proj_drop=proj_drop,
         impl=impl)
     return MODELS.build(cfg, default_args=dict(embed_dims=embed_dims))
+
+
+def build_mlp(embed_dims: int,
+              hidden_dims: int,
+              act_cfg: dict,
+              drop_rate: float,
+              drop_path_rate: Optional[float] = None) -> nn.Module:
+    """The transformer MLP of the CCT, CeiT (LCA) and ViTAE blocks: mmcv's
+    ``FFN``, ``Linear(C -> hidden) -> act -> Dropout -> Linear(hidden -> C)
+    -> Dropout``, returned with the identity added.
+
+    Args:
+        embed_dims (int): Token channels C.
+        hidden_dims (int): Hidden width.
+        act_cfg (dict): Activation config.
+        drop_rate (float): Dropout after the activation and the output.
+        drop_path_rate (float, optional): Stochastic depth of the MLP
+            branch (before the identity is added); None for none.
+            Defaults to None.
+
+    Returns:
+        nn.Module: The ``FFN``; ``forward(x, identity=None)``.
+    """
+    return FFN(
+        embed_dims=embed_dims,
+        feedforward_channels=hidden_dims,
+        act_cfg=act_cfg,
+        ffn_drop=drop_rate,
+        dropout_layer=None if drop_path_rate is None else dict(
+            type='DropPath', drop_prob=drop_path_rate))
 
 
 def takes_hw_shape(module: nn.Module, cfg_name: str) -> bool:

@@ -101,19 +101,11 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                      rc_types=['performer', 'performer', 'performer_less'],
                      nc_depths=[0, 0, 7], nc_heads=[1, 1, 4],
                      nc_groups=[1, 1, 64], ffn_ratio=2),
-        '6M': dict(embed_dims=[64, 64, 128], token_dims=[64, 64, 256],
-                   downsample_ratios=[4, 2, 2], kernel_sizes=[7, 3, 3],
-                   dilations=[[1, 2, 3, 4], [1, 2, 3], [1, 2]],
-                   rc_types=['performer', 'performer', 'performer_less'],
-                   nc_depths=[0, 0, 10], nc_heads=[1, 1, 4],
-                   nc_groups=[1, 1, 64], ffn_ratio=2),
-        'xs': dict(embed_dims=[32, 32, 64], token_dims=[32, 32, 128],
-                   downsample_ratios=[4, 2, 2], kernel_sizes=[7, 3, 3],
-                   dilations=[[1, 2, 3, 4], [1, 2, 3], [1, 2]],
-                   rc_types=['performer', 'performer', 'performer_less'],
-                   nc_depths=[0, 0, 7], nc_heads=[1, 1, 4],
-                   nc_groups=[1, 1, 32], ffn_ratio=2),
     }  # yapf: disable
+    # '6M' is 'tiny' with 10 normal cells; 'xs' is 'tiny' at half width.
+    arch_zoo['6M'] = dict(arch_zoo['tiny'], nc_depths=[0, 0, 10])
+    arch_zoo['xs'] = dict(arch_zoo['tiny'], embed_dims=[32, 32, 64],
+                          token_dims=[32, 32, 128], nc_groups=[1, 1, 32])
     essential_keys = ('embed_dims', 'token_dims', 'downsample_ratios',
                       'kernel_sizes', 'dilations', 'rc_types', 'nc_depths',
                       'nc_heads', 'nc_groups', 'ffn_ratio')

@@ -1,10 +1,11 @@
 """One training epoch of CIFAR-10-shaped data: CPU resize vs device resize.
 
-The report trains on 32×32 images resized to 224 (SPEC §8). With the resize
-in the CPU pipeline (``configs/_base_/datasets/cifar10.py``) every sample
-becomes a 224×224×3 array that the workers must produce, collate and copy;
-with ``configs/_base_/datasets/cifar10_device_resize.py`` the workers stop at
-32×32 and ``ResizeClsDataPreprocessor`` resizes the batch on the device.
+The report trains on 32×32 images resized to 224 (LeCT report, Appendix). With
+the resize in the CPU pipeline (``configs/_base_/datasets/cifar10.py``) every
+sample becomes a 224×224×3 array that the workers must produce, collate and
+copy; with ``configs/_base_/datasets/cifar10_device_resize.py`` the workers
+stop at 32×32 and ``ResizeClsDataPreprocessor`` resizes the batch on the
+device.
 For each of the two, this script times on one device:
 
 * loader only: one pass over the dataloader (workers, augmentation,
@@ -37,7 +38,7 @@ from typing import Dict, List
 import numpy as np
 import torch
 from common import REPO_ROOT
-from common.cli import new_parser, setup
+from common.cli import layout_flags, new_parser, setup
 from common.models import (MODEL_CONFIGS, TrainStep, build_classifier,
                            compile_model, load_config)
 from common.report import Report, machine_header, markdown_table
@@ -276,10 +277,7 @@ def main(argv=None) -> Report:
              'bf16 autocast' if args.amp else 'fp32']
     if args.pin_memory:
         flags.append('pin_memory')
-    if args.channels_last:
-        flags.append('channels_last')
-    if args.compile:
-        flags.append('torch.compile')
+    flags += layout_flags(args)
     model_name = args.model if args.model in MODEL_CONFIGS else \
         args.model.replace(REPO_ROOT + '/', '')
     if args.loader_only:

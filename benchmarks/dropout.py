@@ -1,9 +1,9 @@
 """Dropout in a LeCT training step: ``nn.Dropout`` vs ``FastDropout``.
 
-LeCT's recipe drops 10 % of every LeMSA and LeFFN output (SPEC §7). On the
-CPU, ``nn.Dropout`` draws its mask with ``bernoulli_``, one single-threaded
-float draw per element; ``FastDropout`` draws 15-bit integers, two per
-32-bit draw (see its docstring). Off the CPU both are ``F.dropout``.
+LeCT's recipe drops 10 % of every LeMSA and LeFFN output (LeCT report,
+Appendix). On the CPU, ``nn.Dropout`` draws its mask with ``bernoulli_``, one
+single-threaded float draw per element; ``FastDropout`` draws 15-bit integers,
+two per 32-bit draw (see its docstring). Off the CPU both are ``F.dropout``.
 
 Two tables:
 

@@ -19,7 +19,8 @@ import traceback
 from typing import Dict, List
 
 import torch
-from common.cli import add_model_args, new_parser, resolve_models, setup
+from common.cli import (add_model_args, layout_flags, new_parser,
+                        resolve_models, setup)
 from common.models import (REFERENCE_MODEL, build_classifier, compile_model,
                            inference_call)
 from common.report import Report, machine_header, markdown_table
@@ -103,10 +104,7 @@ def main(argv=None) -> Report:
                  if ref else 'n/a')
         rows.append([name, f'{res["params"] / 1e6:.3f}'] + cells + [ratio])
     flags = [f'{args.img_size}²', 'eval', 'inference_mode']
-    if args.channels_last:
-        flags.append('channels_last')
-    if args.compile:
-        flags.append('torch.compile')
+    flags += layout_flags(args)
     report.add(f'### Inference images/s ({", ".join(flags)})')
     report.add()
     report.add(

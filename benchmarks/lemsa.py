@@ -30,26 +30,25 @@ Examples::
     python benchmarks/lemsa.py --quick --out work_dirs/bench
 """
 import argparse
-import contextlib
-import os
 import sys
 import traceback
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from common.cli import new_parser, setup
-from common.memory import MEMORY_NOTE, fmt_bytes
+from common.memory import MEMORY_NOTE, fmt_bytes, peak_memory
 from common.models import autocast
-from common.report import Report, machine_header, markdown_table
-from common.timing import measure, synchronize
+from common.report import (Report, machine_header, markdown_table, pyplot,
+                           save_figure)
+from common.timing import measure
 from einops import rearrange
 
 from lect_mm.blocks import LeMSA
 from lect_mm.blocks.functional import IMPLS  # the two paths compared
 from lect_mm.blocks.pooled_attention import pool_map, pooled_key_attention
 
-# LeCT v1 stages (SPEC §6): (embed_dims, num_heads, sr_ratio K, stride from
-# the input image).
+# LeCT v1 stages (LeCT report §3): (embed_dims, num_heads, sr_ratio K,
+# stride from the input image).
 STAGES = {
     1: dict(embed_dims=64, num_heads=2, sr_ratio=14, stride=4),
     2: dict(embed_dims=128, num_heads=4, sr_ratio=7, stride=8),
@@ -86,44 +85,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.batch_size, args.img_size = 2, 64
         args.warmup, args.repeats = 1, 1
     return args
-
-
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Mute the C++ profiler's start/stop lines written to fd 2."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, 'w') as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def peak_bytes(fn: Callable[[], object], device: torch.device) -> int:
-    """Peak tensor bytes of one ``fn()`` call above the live baseline."""
-    if device.type == 'cuda':
-        synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-        fn()
-        synchronize(device)
-        return torch.cuda.max_memory_allocated(device) - base
-    from torch.profiler import ProfilerActivity, profile
-    with _quiet_stderr(), profile(
-            activities=[ProfilerActivity.CPU], profile_memory=True) as p:
-        fn()
-    events = sorted(
-        (e for e in p.profiler.kineto_results.events()
-         if e.name() == '[memory]' and e.device_type().name == 'CPU'),
-        key=lambda e: e.start_ns())
-    live = peak = 0
-    for e in events:
-        live += e.nbytes()
-        peak = max(peak, live)
-    return peak
 
 
 def make_core_call(impl: str, stage: dict, hw: Tuple[int, int], args,
@@ -225,7 +186,7 @@ def run_one(scope: str, s: int, precision: str, pass_: str, args,
             call = make_call(impl, stage, hw, args, device, precision, pass_,
                              scope)
             row[impl] = measure(call, device, args.warmup, args.repeats)
-            row[impl + '_mem'] = peak_bytes(call, device)
+            row[impl + '_mem'] = peak_memory(call, device)
         except Exception as err:  # noqa: BLE001 (OOM etc.)
             traceback.print_exc(file=sys.stderr)
             row[impl] = row[impl + '_mem'] = None
@@ -261,11 +222,9 @@ def table(results: List[Dict], args) -> str:
 
 
 def plot(results: List[Dict], path: Optional[str], title: str) -> None:
-    if not path:
+    plt = pyplot(path) if path else None
+    if plt is None:
         return
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
 
     precisions = list(dict.fromkeys(r['precision'] for r in results))
     fig, axes = plt.subplots(1, len(precisions), squeeze=False, dpi=120,
@@ -288,10 +247,7 @@ def plot(results: List[Dict], path: Optional[str], title: str) -> None:
         ax.set_title(f'{title}, {precision}', fontsize=9)
         ax.grid(True, axis='y', alpha=0.3)
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    print(f'[saved {path}]', flush=True)
+    save_figure(plt, fig, path)
 
 
 def main(argv=None) -> None:

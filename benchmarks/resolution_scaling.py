@@ -1,10 +1,10 @@
 """Forward time and peak memory against input resolution (224² to 896²).
 
-LeMSA's cost per head is Nq·N·d (SPEC §2): with a fixed spatial-reduction
-ratio K the pooled grid grows with the input and the cost is quadratic in
-the number of tokens N (divided by K²); with a fixed pooled grid
-(``pool_size``) it is linear in N. This script measures both LeCT (v1)
-settings next to the two plain-attention baselines of the report:
+LeMSA's cost per head is Nq·N·d (LeCT report §3.3): with a fixed
+spatial-reduction ratio K the pooled grid grows with the input and the cost is
+quadratic in the number of tokens N (divided by K²); with a fixed pooled grid
+(``pool_size``) it is linear in N. This script measures both LeCT (v1) settings
+next to the two plain-attention baselines of the report:
 
 * ``LeCT pool_size``: each stage's LeMSA gets the pooled grid it has at 224
   input, (4, 4), (4, 4), (7, 7), instead of sr_ratio 14/7/2;
@@ -36,7 +36,7 @@ from common.report import Report, machine_header, markdown_table, save_plot
 from common.timing import measure
 
 # LeCT (v1) pooled grids at 224 input: stages at 56², 28², 14² with K = 14,
-# 7, 2 (SPEC §2 "Cost").
+# 7, 2 (LeCT report §3.3 and Appendix).
 LECT_POOL_SIZES = [(4, 4), (4, 4), (7, 7)]
 
 

@@ -1,7 +1,7 @@
 """Whole-model training throughput of the report's models (Table 2).
 
-One full training step as the report trains (SPEC §8) and as mmengine's
-runner runs it (the model's loss, then an optim wrapper built by
+One full training step as the report trains (LeCT report, Appendix) and as
+mmengine's runner runs it (the model's loss, then an optim wrapper built by
 ``build_optim_wrapper``: backward + gradient-norm clip (5) + AdamW step;
 see ``common.models.TrainStep``), batch 64, 224×224, synthetic
 data already on the device (so the data pipeline is not measured; see
@@ -28,7 +28,8 @@ import traceback
 from typing import Dict, Optional
 
 import torch
-from common.cli import add_model_args, new_parser, resolve_models, setup
+from common.cli import (add_model_args, layout_flags, new_parser,
+                        resolve_models, setup)
 from common.memory import MEMORY_NOTE, fmt_bytes, peak_memory
 from common.models import (MODEL_CONFIGS, REFERENCE_MODEL, TrainStep,
                            build_classifier, compile_model, num_classes_of,
@@ -36,9 +37,7 @@ from common.models import (MODEL_CONFIGS, REFERENCE_MODEL, TrainStep,
 from common.report import Report, machine_header, markdown_table
 from common.timing import measure, synchronize
 
-from lect_mm.analysis import count_params
-
-from lect_mm.analysis import training_footprint
+from lect_mm.analysis import count_params, training_footprint
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -125,11 +124,7 @@ def run_model(config: str, args, device: torch.device) -> Dict:
 def _settings(args) -> str:
     flags = [f'batch {args.batch_size}', f'{args.img_size}²',
              'bf16 autocast' if args.amp else 'fp32']
-    if args.channels_last:
-        flags.append('channels_last')
-    if args.compile:
-        flags.append('torch.compile')
-    return ', '.join(flags)
+    return ', '.join(flags + layout_flags(args))
 
 
 def throughput_table(args, device: torch.device, report: Report) -> None:

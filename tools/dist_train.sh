@@ -2,24 +2,16 @@
 # Distributed training on one or several machines with torchrun.
 #   tools/dist_train.sh CONFIG NGPUS [tools/train.py arguments]
 # NGPUS processes per node: GPUs (NCCL), or CPU processes (gloo) on a machine
-# without CUDA. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR, PORT.
+# without CUDA. Multi-node: set NNODES, NODE_RANK, MASTER_ADDR, PORT
+# (see tools/dist_launch.sh).
 set -e
 
+if [ $# -lt 2 ]; then
+    echo "usage: $0 CONFIG NGPUS [tools/train.py arguments]" >&2
+    exit 2
+fi
 CONFIG=$1
 GPUS=$2
-NNODES=${NNODES:-1}
-NODE_RANK=${NODE_RANK:-0}
-PORT=${PORT:-29500}
-MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 
-PYTHONPATH="$ROOT":$PYTHONPATH \
-torchrun \
-    --nnodes="$NNODES" \
-    --node_rank="$NODE_RANK" \
-    --master_addr="$MASTER_ADDR" \
-    --nproc_per_node="$GPUS" \
-    --master_port="$PORT" \
-    "$ROOT/tools/train.py" \
-    "$CONFIG" \
-    --launcher pytorch "${@:3}"
+exec bash "$(dirname "$0")/dist_launch.sh" train.py "$GPUS" \
+    "$CONFIG" --launcher pytorch "${@:3}"

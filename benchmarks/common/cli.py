@@ -1,7 +1,7 @@
 """Command-line arguments shared by the benchmark scripts."""
 import argparse
 import os.path as osp
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
 
@@ -54,6 +54,15 @@ def add_model_args(parser: argparse.ArgumentParser,
             f"'{m}'" for m in MODEL_CONFIGS) + ') or config paths; '
         f'default: {", ".join(default)} (--quick: '
         f'{", ".join(QUICK_MODELS)})')
+
+
+def layout_flags(args: argparse.Namespace) -> List[str]:
+    """``'channels_last'`` and ``'torch.compile'`` where the run set them
+    (``--channels-last``, ``--compile``), for a table's settings line."""
+    return [
+        flag for flag, on in (('channels_last', args.channels_last),
+                              ('torch.compile', args.compile)) if on
+    ]
 
 
 def setup(args: argparse.Namespace) -> torch.device:

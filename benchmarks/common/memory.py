@@ -7,7 +7,9 @@ allocation and free events of ``torch.profiler`` with
 ``profile_memory=True``, summed in time order, in a separate untimed call
 (exact tensor bytes; RSS would blur them with allocator caching).
 """
+import contextlib
 import os
+import sys
 from typing import Callable, Optional
 
 import torch
@@ -27,12 +29,27 @@ MEMORY_NOTE = {
 }
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Mute the C++ profiler's start/stop lines written to fd 2."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, 'w') as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def peak_memory(fn: Callable[[], object],
                 device: torch.device) -> Optional[int]:
     """Peak bytes one ``fn()`` call allocates above the live baseline.
 
     See ``MEMORY_NOTE``. Returns None where the profiler's event API is
-    unavailable (CPU only).
+    unavailable (CPU only). On the CPU the profiler's own lines on stderr
+    are muted during the (untimed) call.
     """
     if device.type == 'cuda':
         synchronize(device)
@@ -42,8 +59,8 @@ def peak_memory(fn: Callable[[], object],
         synchronize(device)
         return torch.cuda.max_memory_allocated(device) - base
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU],
-                 profile_memory=True) as prof:
+    with _quiet_stderr(), profile(
+            activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     try:
         events = prof.profiler.kineto_results.events()

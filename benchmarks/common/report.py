@@ -135,6 +135,28 @@ class Report:
         return path
 
 
+def pyplot(path: str):
+    """``matplotlib.pyplot`` on the Agg backend, or None (with a line
+    saying that ``path`` is not drawn) where matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f'[matplotlib missing: {path} not drawn]', flush=True)
+        return None
+    return plt
+
+
+def save_figure(plt, fig, path: str) -> str:
+    """Lay out, save and close ``fig`` (from :func:`pyplot`) as ``path``."""
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    print(f'[saved {path}]', flush=True)
+    return path
+
+
 def save_plot(path: Optional[str],
               series: Dict[str, Sequence[Sequence[float]]],
               xlabel: str,
@@ -149,12 +171,8 @@ def save_plot(path: Optional[str],
     """
     if not path or not series:
         return None
-    try:
-        import matplotlib
-        matplotlib.use('Agg')
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f'[matplotlib missing: {path} not drawn]', flush=True)
+    plt = pyplot(path)
+    if plt is None:
         return None
 
     fig, ax = plt.subplots(figsize=(6, 4.2), dpi=120)
@@ -178,8 +196,4 @@ def save_plot(path: Optional[str],
     ax.set_title(title)
     ax.grid(True, which='both', alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    print(f'[saved {path}]', flush=True)
-    return path
+    return save_figure(plt, fig, path)

@@ -13,11 +13,10 @@ import torch.nn as nn
 from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmcv.cnn.bricks import DropPath
-from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
-from .utils import build_attention, conv_out_size
+from .utils import build_attention, build_mlp, conv_out_size
 
 
 @MODELS.register_module()
@@ -195,12 +194,8 @@ class CCTEncoderLayer(BaseModule):
                                     impl)
         self.drop_path = DropPath(drop_path_rate)
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.ffn = FFN(
-            embed_dims=embed_dims,
-            feedforward_channels=int(embed_dims * ffn_ratio),
-            act_cfg=act_cfg,
-            ffn_drop=drop_rate,
-            dropout_layer=dict(type='DropPath', drop_prob=drop_path_rate))
+        self.ffn = build_mlp(embed_dims, int(embed_dims * ffn_ratio),
+                             act_cfg, drop_rate, drop_path_rate)
 
     def forward(self,
                 x: torch.Tensor,

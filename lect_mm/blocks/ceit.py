@@ -13,14 +13,13 @@ import torch.nn.functional as F
 from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
-from mmcv.cnn.bricks.transformer import FFN
 from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
 from .attention import MultiheadSelfAttention
 from .ffn import LeFFN
 from .functional import attend
-from .utils import build_attention, conv_out_size
+from .utils import build_attention, build_mlp, conv_out_size
 
 
 @MODELS.register_module()
@@ -293,11 +292,8 @@ class LCABlock(BaseModule):
             proj_drop=drop_rate,
             impl=impl)
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.ffn = FFN(
-            embed_dims=embed_dims,
-            feedforward_channels=int(embed_dims * ffn_ratio),
-            act_cfg=act_cfg,
-            ffn_drop=drop_rate)
+        self.ffn = build_mlp(embed_dims, int(embed_dims * ffn_ratio),
+                             act_cfg, drop_rate)
 
     def forward(self,
                 x: torch.Tensor,

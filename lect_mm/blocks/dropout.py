@@ -1,15 +1,15 @@
 """Dropout with a cheaper mask on the CPU.
 
 LeCT's recipe drops 10 % of the LeMSA and LeFFN outputs at full resolution
-(SPEC §7, ``drop_rate`` 0.1). On the CPU, ``nn.Dropout`` draws its mask with
-``bernoulli_``, one single-threaded float draw per element; in a LeCT v1
-training step at batch 8 that was about a fifth of the step.
+(LeCT report, Appendix: ``drop_rate`` 0.1). On the CPU, ``nn.Dropout`` draws
+its mask with ``bernoulli_``, one single-threaded float draw per element; in a
+LeCT v1 training step at batch 8 that was about a fifth of the step.
 """
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
 from mmpretrain.registry import MODELS
+
 from .functional import is_compiling
 
 _LEVELS = 1 << 15  # the mask's draws are uniform on [0, 2**15 - 1]
@@ -32,7 +32,7 @@ class FastDropout(nn.Dropout):
     Like ``nn.Dropout`` on the CPU, it keeps the scaled mask (in ``x``'s
     dtype) for backward.
     lect_mm's blocks use it for all their dropouts (the report's drop rate
-    0.1 on the LeMSA and LeFFN outputs, SPEC §4 and §7).
+    0.1 on the LeMSA and LeFFN outputs, LeCT report §3.4 and Appendix).
 
     Off the CPU, in eval mode, for ``p == 0``, for inputs of fewer than
     2**15 elements and under ``torch.compile`` it is ``F.dropout`` itself

@@ -1,11 +1,11 @@
-"""Convolutional patch embedding at the start of every LeCT stage (SPEC §1)."""
+"""Convolutional patch embedding at the start of every LeCT stage (LeCT
+report §3)."""
 from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule
-
 from mmpretrain.registry import MODELS
 
 

@@ -1,13 +1,14 @@
-"""The LeCT transformer block (LeCT report §3, SPEC §5)."""
+"""The LeCT transformer block (LeCT report §3)."""
 from typing import Tuple
 
 import torch
 from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
+from mmpretrain.registry import MODELS
 from torch import nn
 
-from mmpretrain.registry import MODELS
+from lect_mm.blocks.utils import set_named_defaults, takes_hw_shape
 
 
 @MODELS.register_module()
@@ -17,16 +18,22 @@ class LeCTBlock(BaseModule):
     ``attn`` and ``ffn`` are token blocks built from configs with
     ``embed_dims`` as default argument, so LeMSA, LeMSAv2,
     MultiheadSelfAttention, LeFFN (or any block with
-    ``forward(x, hw_shape)``) can be swapped in from a config. Submodules
-    ``norm1``, ``attn``, ``norm2``, ``ffn`` (reference: ``norm1``,
-    ``leatt``, ``norm2``, ``leff``).
+    ``forward(x, hw_shape)``) can be swapped in from a config. The FFN may
+    also be token-wise, ``forward(x)``, as mmcv's ``FFN``: whether its
+    ``forward`` takes ``hw_shape`` is read once at build time, and an FFN
+    that adds its own identity (``add_identity``, True by default in mmcv's
+    ``FFN``) is built with ``add_identity=False`` unless the config asks for
+    it, which raises (the block adds the residual). Submodules ``norm1``,
+    ``attn``, ``norm2``, ``ffn`` (reference: ``norm1``, ``leatt``,
+    ``norm2``, ``leff``).
 
     Args:
         embed_dims (int): Number of channels ``C``.
         attn_cfg (dict): Token-mixer config, e.g.
             ``dict(type='LeMSA', num_heads=2, sr_ratio=14)``.
         ffn_cfg (dict): Channel-mixer config, e.g.
-            ``dict(type='LeFFN', ffn_ratio=2)``.
+            ``dict(type='LeFFN', ffn_ratio=2)`` or
+            ``dict(type='FFN', feedforward_channels=128)``.
         norm_cfg (dict): Norm config. Defaults to
             ``dict(type='LN', eps=1e-6)``.
         drop_path_rate (float): Stochastic-depth rate. Defaults to 0.
@@ -46,8 +53,15 @@ class LeCTBlock(BaseModule):
         self.attn = MODELS.build(
             attn_cfg, default_args=dict(embed_dims=embed_dims))
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
+        ffn_cfg = set_named_defaults(ffn_cfg, add_identity=False)
         self.ffn = MODELS.build(
             ffn_cfg, default_args=dict(embed_dims=embed_dims))
+        if getattr(self.ffn, 'add_identity', False):
+            raise ValueError(
+                'ffn_cfg: add_identity=True would add the identity twice '
+                '(LeCTBlock adds the residual itself); leave it unset or '
+                'set it to False.')
+        self.ffn_takes_hw_shape = takes_hw_shape(self.ffn, 'ffn_cfg')
         self.drop_path = (
             DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
 
@@ -59,4 +73,6 @@ class LeCTBlock(BaseModule):
             torch.Tensor: Tokens (B, N, C).
         """
         x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
-        return x + self.drop_path(self.ffn(self.norm2(x), hw_shape))
+        if self.ffn_takes_hw_shape:
+            return x + self.drop_path(self.ffn(self.norm2(x), hw_shape))
+        return x + self.drop_path(self.ffn(self.norm2(x)))

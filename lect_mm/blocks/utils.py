@@ -11,8 +11,8 @@ import inspect
 from typing import Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
+from mmcv.cnn.bricks.transformer import FFN
 from mmengine.utils import to_2tuple
-
 from mmpretrain.registry import MODELS
 
 
@@ -49,12 +49,23 @@ def set_defaults(cfg: dict, **defaults) -> dict:
     Returns:
         dict: A new config.
     """
+    return _fill_defaults(cfg, defaults, named_only=False)
+
+
+def set_named_defaults(cfg: dict, **defaults) -> dict:
+    """:func:`set_defaults` for arguments only some types know by that name
+    (mmcv ``FFN``'s ``feedforward_channels``, ``add_identity``): a type
+    whose ``__init__`` takes ``**kwargs`` without naming one gets none."""
+    return _fill_defaults(cfg, defaults, named_only=True)
+
+
+def _fill_defaults(cfg: dict, defaults: dict, named_only: bool) -> dict:
     if 'type' not in cfg:
         raise KeyError(f'The config {cfg} names no "type".')
     cfg = copy.deepcopy(dict(cfg))
     accepted = accepted_args(cfg['type'])
     for key, value in defaults.items():
-        if accepted is None or key in accepted:
+        if key in (accepted or ()) or (accepted is None and not named_only):
             cfg.setdefault(key, value)
     return cfg
 
@@ -89,6 +100,71 @@ def build_attention(attn_cfg: dict, embed_dims: int, num_heads: int,
         proj_drop=proj_drop,
         impl=impl)
     return MODELS.build(cfg, default_args=dict(embed_dims=embed_dims))
+
+
+def build_mlp(embed_dims: int,
+              hidden_dims: int,
+              act_cfg: dict,
+              drop_rate: float,
+              drop_path_rate: Optional[float] = None) -> nn.Module:
+    """The transformer MLP of the CCT, CeiT (LCA) and ViTAE blocks: mmcv's
+    ``FFN``, ``Linear(C -> hidden) -> act -> Dropout -> Linear(hidden -> C)
+    -> Dropout``, returned with the identity added.
+
+    Args:
+        embed_dims (int): Token channels C.
+        hidden_dims (int): Hidden width.
+        act_cfg (dict): Activation config.
+        drop_rate (float): Dropout after the activation and the output.
+        drop_path_rate (float, optional): Stochastic depth of the MLP
+            branch (before the identity is added); None for none.
+            Defaults to None.
+
+    Returns:
+        nn.Module: The ``FFN``; ``forward(x, identity=None)``.
+    """
+    return FFN(
+        embed_dims=embed_dims,
+        feedforward_channels=hidden_dims,
+        act_cfg=act_cfg,
+        ffn_drop=drop_rate,
+        dropout_layer=None if drop_path_rate is None else dict(
+            type='DropPath', drop_prob=drop_path_rate))
+
+
+def takes_hw_shape(module: nn.Module, cfg_name: str) -> bool:
+    """Whether ``module.forward`` takes the token grid ``hw_shape``.
+
+    A block calls it once at build time and then passes ``hw_shape`` only to
+    a sub-block whose ``forward`` names it (LeFFN, LeMSA); a token-wise one
+    such as mmcv's ``FFN`` (``forward(x, identity=None)``) gets ``x`` alone.
+
+    Args:
+        module (nn.Module): The built sub-block.
+        cfg_name (str): The config argument it came from, for the error.
+
+    Returns:
+        bool: True if ``forward`` has a parameter named ``hw_shape``.
+
+    Raises:
+        TypeError: If ``forward`` needs more than the tokens and takes no
+            ``hw_shape``: the block could not call it.
+    """
+    params = inspect.signature(module.forward).parameters.values()
+    if any(p.name == 'hw_shape' for p in params):
+        return True
+    positional = (inspect.Parameter.POSITIONAL_ONLY,
+                  inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    required = [
+        p.name for p in params
+        if p.kind in positional and p.default is inspect.Parameter.empty
+    ]
+    if len(required) > 1:
+        raise TypeError(
+            f'{cfg_name}: {type(module).__name__}.forward requires '
+            f'{required}; a sub-block must take forward(x) or '
+            'forward(x, hw_shape).')
+    return False
 
 
 def conv_out_size(size: int, kernel: int, stride: int = 1,

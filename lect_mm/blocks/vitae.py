@@ -19,7 +19,7 @@ from mmengine.model import BaseModule, Sequential
 from mmpretrain.registry import MODELS
 
 from .dropout import FastDropout
-from .utils import build_attention
+from .utils import build_attention, build_mlp
 
 RC_TOKEN_TYPES = ('performer', 'performer_less')
 
@@ -438,12 +438,8 @@ class NormalCell(BaseModule):
                                     impl)
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
         hidden_dims = int(embed_dims * ffn_ratio)
-        self.ffn = FFN(
-            embed_dims=embed_dims,
-            feedforward_channels=hidden_dims,
-            act_cfg=act_cfg,
-            ffn_drop=drop_rate,
-            dropout_layer=dict(type='DropPath', drop_prob=drop_path_rate))
+        self.ffn = build_mlp(embed_dims, hidden_dims, act_cfg, drop_rate,
+                             drop_path_rate)
         self.pcm = PCM(
             embed_dims, (hidden_dims, embed_dims),
             embed_dims,

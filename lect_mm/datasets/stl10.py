@@ -1,4 +1,4 @@
-"""STL-10 read from its official binary files (report Appendix, SPEC §8)."""
+"""STL-10 read from its official binary files (LeCT report, Appendix)."""
 import os
 import os.path as osp
 import tarfile
@@ -21,7 +21,7 @@ class STL10(BaseDataset):
     memory as RGB arrays like :class:`mmpretrain.datasets.CIFAR10`.
 
     The report trains on the 5,000 labelled ``train`` images and validates
-    on the 8,000 ``test`` images (96×96, 10 classes; Appendix, SPEC §8).
+    on the 8,000 ``test`` images (96×96, 10 classes; LeCT report, Appendix).
     The official binaries are read from ``<data_root>/stl10_binary/``:
 
     - ``{split}_X.bin``: uint8, 3×96×96 bytes per image, channel-major and

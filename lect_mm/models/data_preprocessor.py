@@ -1,6 +1,6 @@
 """A classification data preprocessor that resizes the batch on the device.
 
-The report (Appendix, SPEC §8) trains on 32×32 CIFAR images resized to 224
+The LeCT report (Appendix) trains on 32×32 CIFAR images resized to 224
 after augmentation. Done in the CPU pipeline, the resize turns every sample
 into a 224×224×3 array, 49× the bytes of the 32×32 original for the workers
 to produce, collate and pass on and for the host to copy to the device, so
@@ -25,8 +25,9 @@ _ANTIALIAS_MODES = ('bilinear', 'bicubic')
 class ResizeClsDataPreprocessor(ClsDataPreprocessor):
     """:class:`ClsDataPreprocessor` that also resizes the batch on the device.
 
-    The order is that of the CPU pipeline it replaces (SPEC §8: crop, flip,
-    RandAugment, resize to 224, then normalise and batch-augment): the batch
+    The order is that of the CPU pipeline it replaces (LeCT report,
+    Appendix: crop, flip, RandAugment, resize to 224, then normalise and
+    batch-augment): the batch
     is stacked and normalised as in the parent class, resized to ``size``,
     and only then given to the batch augmentations (Mixup, CutMix), so a
     CutMix box is cut at the model's resolution as before. Normalisation is

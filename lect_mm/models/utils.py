@@ -11,6 +11,8 @@ import torch.nn as nn
 import torch.utils.checkpoint as cp
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from lect_mm.blocks.utils import check_choice
+
 Freezable = Optional[Union[nn.Module, nn.Parameter]]
 
 
@@ -116,6 +118,54 @@ def parse_out_indices(out_indices: Union[int, Sequence[int]],
     return sorted(set(parsed))
 
 
+def parse_pooled_out(out_type: str,
+                     out_types: Sequence[str],
+                     out_indices: Union[int, Sequence[int]],
+                     num_layers: int,
+                     unit: str = 'layers') -> List[int]:
+    """Check ``out_type`` and ``out_indices`` of a backbone with a pooled
+    output (CCT's SeqPool, CeiT's LCA or average pooling).
+
+    Args:
+        out_type (str): One of ``out_types``; ``'pooled'`` exists only
+            after the last layer.
+        out_types (Sequence[str]): The backbone's output types.
+        out_indices (int | Sequence[int]): Layers to output
+            (:func:`parse_out_indices`).
+        num_layers (int): How many layers there are.
+        unit (str): What the layers are called in the error messages.
+            Defaults to ``'layers'``.
+
+    Returns:
+        list[int]: ``out_indices`` as :func:`parse_out_indices` returns it.
+    """
+    check_choice(out_type, out_types, 'out_type')
+    parsed = parse_out_indices(out_indices, num_layers, unit)
+    if out_type == 'pooled' and parsed != [num_layers - 1]:
+        one = unit[:-1] if unit.endswith('s') else unit
+        raise ValueError(
+            f"out_type='pooled' exists only after the last {one} "
+            f'(out_indices=-1); got {out_indices}. Use '
+            f"out_type='featmap' for intermediate {unit}.")
+    return parsed
+
+
+# The stems of the ResNet-like backbones (AlterNet, NarrowResNet): a 7x7
+# stride-2 convolution and a 3x3 max-pool (ImageNet), or a 3x3 stride-1
+# convolution (CIFAR).
+STEM_TYPES = ('conv7x7', 'conv3x3')
+
+
+def linear_drop_path_rates(drop_path_rate: float,
+                           num_blocks: int) -> List[float]:
+    """Stochastic-depth rates rising linearly from 0 to ``drop_path_rate``
+    over ``num_blocks`` blocks (python floats, as the ResNet-like
+    backbones' references compute them)."""
+    return [
+        drop_path_rate * j / max(num_blocks - 1, 1) for j in range(num_blocks)
+    ]
+
+
 # The one meaning of ``frozen_stages``, repeated word for word in the
 # docstring of every backbone (a test checks it): mmpretrain's ResNet and
 # PoolFormer rule, which its ViT and ConvNeXt share for k >= 1.
@@ -123,6 +173,16 @@ FROZEN_STAGES_DOC = (
     '-1 freezes nothing; k >= 0 freezes the stem and stages 0..k-1, each '
     'with its output norm (no gradients, eval mode), so k = num_stages '
     'freezes the whole backbone.')
+
+
+# The default ``init_cfg`` of the token backbones (CCT, CeiT, ViTAE, LeCT),
+# as in their references and mmpretrain's VisionTransformer: trunc-normal
+# (std 0.02, bias 0) Linear layers and unit LayerNorms. BaseModule keeps a
+# deep copy, so the list is never modified.
+TRUNC_NORMAL_INIT_CFG = [
+    dict(type='TruncNormal', layer='Linear', std=.02, bias=0.),
+    dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
+]
 
 
 def check_frozen_stages(frozen_stages: int, num_stages: int) -> int:
@@ -207,10 +267,19 @@ class FreezeNormEvalMixin:
     """``train()`` that re-freezes the frozen stages and honours ``norm_eval``.
 
     Put it before ``BaseBackbone`` in the bases of a backbone that defines
-    ``_freeze_stages()`` and sets ``self.norm_eval``. After the usual
+    ``_freeze_stages()`` and calls :meth:`_init_freezing` in its
+    ``__init__`` (it sets ``self.frozen_stages`` and ``self.norm_eval``,
+    which ``_freeze_stages()`` and ``train()`` read). After the usual
     ``train(mode)``, the frozen stages are put back in eval mode and, when
     training with ``norm_eval``, every BatchNorm layer too.
     """
+
+    def _init_freezing(self, frozen_stages: int, num_stages: int,
+                       norm_eval: bool) -> None:
+        """Check and set ``frozen_stages`` (:func:`check_frozen_stages`) and
+        set ``norm_eval``."""
+        self.frozen_stages = check_frozen_stages(frozen_stages, num_stages)
+        self.norm_eval = norm_eval
 
     def train(self, mode: bool = True):
         super().train(mode)

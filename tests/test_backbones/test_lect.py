@@ -164,6 +164,57 @@ def test_ffn_cfg_swaps_the_feed_forward():
     assert all(f.conv1.weight.grad is not None for f in ffns)
 
 
+def test_ffn_cfg_swaps_in_mmcv_ffn():
+    # mmcv's FFN takes no hw_shape and adds its own identity by default: the
+    # block calls it with the tokens alone and builds it without identity;
+    # it gets the stage's width and the drop rate.
+    model = LeCT('v1', ffn_cfg=dict(type='FFN', act_cfg=dict(type='GELU')))
+    ffns = [blk.ffn for blk in _blocks(model)]
+    assert all(type(f) is MODELS.get('FFN') for f in ffns)
+    assert [f.feedforward_channels for f in ffns] == [128, 384, 384, 384, 768]
+    assert not any(f.add_identity for f in ffns)
+    assert all(f.layers[-1].p == 0.1 for f in ffns)
+    assert not any(blk.ffn_takes_hw_shape for blk in _blocks(model))
+    x = torch.randn(2, 3, 32, 32)
+    out, = model(x)
+    assert out.shape == (2, 192, 2, 2)
+    out.sum().backward()
+    assert all(f.layers[0][0].weight.grad is not None for f in ffns)
+    # The residual stays the block's: x + DP(ffn(LN(x))), nothing more.
+    blk = _blocks(model)[0].eval()
+    tokens = torch.randn(2, 64, 64)
+    h = tokens + blk.attn(blk.norm1(tokens), (8, 8))
+    torch.testing.assert_close(blk(tokens, (8, 8)),
+                               h + blk.ffn.layers(blk.norm2(h)))
+    with pytest.raises(ValueError, match='add_identity=True would add the '
+                       'identity twice'):
+        LeCT('v1', ffn_cfg=dict(type='FFN', add_identity=True))
+
+
+def test_patch_cfg_kernel_stride_padding():
+    # A kernel_size / stride given in patch_cfg wins over the arch's.
+    model = LeCT('v1', patch_cfg=[dict(kernel_size=3, stride=2),
+                                  dict(kernel_size=5), dict(padding=0)])
+    projs = [s.patch_embed.proj for s in model.stages]
+    assert [p.kernel_size for p in projs] == [(3, 3), (5, 5), (3, 3)]
+    assert [p.stride for p in projs] == [(2, 2), (2, 2), (2, 2)]
+    assert [p.padding for p in projs] == [(1, 1), (2, 2), (0, 0)]
+    out, = model(torch.randn(1, 3, 32, 32))
+    assert out.shape == (1, 192, 3, 3)  # 32 -> 16 -> 8 -> 3
+    # v3 binds its upsampler to the grids these strides give: stage 1 sees
+    # 16x16 at img_size 32 (not 8x8), pooled by 14 to 2x2.
+    v3 = LeCT('v3', img_size=32, patch_cfg=[dict(stride=2), {}, {}])
+    assert v3.stages[0].blocks[0].attn.query_upsampler.in_size == (2, 2)
+    assert LeCT('v3', img_size=32).stages[0].blocks[
+        0].attn.query_upsampler.in_size == (1, 1)
+    # What patch_cfg cannot set raises, naming the key and the accepted ones.
+    with pytest.raises(ValueError, match=r"patch_cfg sets \['kernel'\].*"
+                       r"accepted keys: \[.*'kernel_size', .*'stride'\]"):
+        LeCT('v1', patch_cfg=dict(kernel=5))
+    with pytest.raises(ValueError, match=r"patch_cfg sets \['embed_dims'\]"):
+        LeCT('v1', patch_cfg=dict(embed_dims=32))
+
+
 def test_upsampler_swap_and_merge_cfg():
     model = LeCT('v1', attn_cfg=dict(
         query_upsampler=dict(type='ResizeUpsampler')))

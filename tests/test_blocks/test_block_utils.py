@@ -3,7 +3,8 @@ import pytest
 
 import lect_mm  # noqa: F401
 from lect_mm.blocks import CeiTLeFF, MultiheadSelfAttention
-from lect_mm.blocks.utils import accepted_args, set_defaults, to_pair
+from lect_mm.blocks.utils import (accepted_args, set_defaults,
+                                  set_named_defaults, to_pair)
 
 
 def test_accepted_args():
@@ -32,6 +33,18 @@ def test_set_defaults_fills_only_unset_accepted_keys():
         type='CeiTLeFF', ffn_drop=0.1)
     with pytest.raises(KeyError, match='names no "type"'):
         set_defaults(dict(num_heads=2), impl='fused')
+
+
+def test_set_named_defaults_skips_kwargs_types():
+    # mmcv's FFN names feedforward_channels; CeiTLeFF takes **kwargs and
+    # gets nothing it does not name.
+    assert set_named_defaults(
+        dict(type='FFN', add_identity=True), add_identity=False,
+        feedforward_channels=8) == dict(type='FFN', add_identity=True,
+                                        feedforward_channels=8)
+    assert set_named_defaults(
+        dict(type='CeiTLeFF'), feedforward_channels=8) == dict(
+            type='CeiTLeFF')
 
 
 def test_to_pair():

@@ -3,10 +3,10 @@ import inspect
 import pytest
 import torch
 import torch.nn as nn
+from mmpretrain.registry import MODELS
 
 from lect_mm.blocks import (LeCTBlock, attention, embed, ffn, lect_block,
                             lemsa, upsample)
-from mmpretrain.registry import MODELS
 
 LECT_ATTN = dict(type='LeMSA', num_heads=2, sr_ratio=4)
 LECT_FFN = dict(type='LeFFN', ffn_ratio=2)
@@ -98,6 +98,37 @@ def test_block_structure(attn_cfg):
     h = x + blk.attn(blk.norm1(x), hw)
     expected = h + blk.ffn(blk.norm2(h), hw)
     torch.testing.assert_close(blk(x, hw), expected)
+
+
+def test_token_wise_ffn_gets_no_hw_shape():
+    torch.manual_seed(0)
+    blk = LeCTBlock(16, LECT_ATTN,
+                    dict(type='FFN', feedforward_channels=32)).eval()
+    assert not blk.ffn_takes_hw_shape and not blk.ffn.add_identity
+    assert LeCTBlock(16, LECT_ATTN, LECT_FFN).ffn_takes_hw_shape
+    x = torch.randn(2, 64, 16)
+    h = x + blk.attn(blk.norm1(x), (8, 8))
+    torch.testing.assert_close(blk(x, (8, 8)),
+                               h + blk.ffn.layers(blk.norm2(h)))
+    with pytest.raises(ValueError, match='add_identity=True'):
+        LeCTBlock(16, LECT_ATTN, dict(type='FFN', add_identity=True))
+
+
+class _TwoInputFFN(nn.Module):
+
+    def __init__(self, embed_dims):
+        super().__init__()
+        self.fc = nn.Linear(embed_dims, embed_dims)
+
+    def forward(self, x, other):
+        return self.fc(x) + other
+
+
+def test_ffn_that_cannot_be_called_fails_at_build():
+    with pytest.raises(TypeError, match=r"ffn_cfg: _TwoInputFFN.forward "
+                       r"requires \['x', 'other'\]; .*forward\(x\) or "
+                       r"forward\(x, hw_shape\)"):
+        LeCTBlock(16, LECT_ATTN, dict(type=_TwoInputFFN))
 
 
 def test_drop_path():

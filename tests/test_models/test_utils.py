@@ -5,7 +5,9 @@ import torch.nn as nn
 
 from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
                                   check_per_stage, freeze, freeze_stages,
-                                  is_pretrained, parse_arch, parse_out_indices)
+                                  is_pretrained, linear_drop_path_rates,
+                                  parse_arch, parse_out_indices,
+                                  parse_pooled_out)
 
 
 def test_parse_out_indices():
@@ -24,7 +26,7 @@ class _Net(FreezeNormEvalMixin, nn.Module):
 
     def __init__(self, norm_eval):
         super().__init__()
-        self.norm_eval = norm_eval
+        self._init_freezing(-1, 1, norm_eval)
         self.stem = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4))
         self.head = nn.Sequential(nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4))
 
@@ -96,6 +98,24 @@ def test_is_pretrained():
     assert is_pretrained([dict(type='TruncNormal', layer='Linear'), ckpt])
     assert not is_pretrained(None)
     assert not is_pretrained([dict(type='Constant', layer='LayerNorm')])
+
+
+def test_parse_pooled_out():
+    types = ('pooled', 'featmap')
+    assert parse_pooled_out('pooled', types, -1, 4) == [3]
+    assert parse_pooled_out('featmap', types, (0, -1), 4, 'blocks') == [0, 3]
+    with pytest.raises(ValueError, match=r"Unsupported out_type 'cls'; "
+                       r"choose from \['pooled', 'featmap'\]"):
+        parse_pooled_out('cls', types, -1, 4)
+    with pytest.raises(ValueError, match='exists only after the last block '
+                       r'\(out_indices=-1\); got \(0,\).*intermediate '
+                       'blocks'):
+        parse_pooled_out('pooled', types, (0, ), 4, 'blocks')
+
+
+def test_linear_drop_path_rates():
+    assert linear_drop_path_rates(0.3, 4) == pytest.approx([0., .1, .2, .3])
+    assert linear_drop_path_rates(0.1, 1) == [0.]
 
 
 def test_check_frozen_stages():

@@ -6,7 +6,7 @@ validation metric and the training loss (mean of the logged values of each
 epoch) against the epoch, marks the first epoch where each run reaches
 ``--threshold``, and prints a markdown table. This is the measurement behind
 the LeCT report's claim that LeCT reaches 60% top-1 10-20 epochs earlier than
-the baselines (SPEC section 9).
+all the baselines but CeiT (stated with the report's Table 2 results).
 
 A work dir may hold several timestamped runs. The latest run is used; when it
 was resumed (its first logged epoch is after epoch 1), the earlier runs fill

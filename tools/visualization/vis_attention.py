@@ -1,6 +1,6 @@
 """Overlay the attention maps of a LeCT (or MSA / CeiT) model on an image.
 
-For LeMSA (LeCT report §3.3, SPEC §2) a query is one cell of the pooled
+For LeMSA (LeCT report §3.3) a query is one cell of the pooled
 ``h' x w'`` grid, and its attention is the softmax over the full-resolution
 keys (the key-upsampled axis): one ``H x W`` map per head, which this tool
 resizes to the input image and overlays, one panel per head. Rows are the
@@ -391,6 +391,17 @@ def head_maps(rec: dict, cell: Tuple[int, int]) -> torch.Tensor:
 # --------------------------------------------------------------------------
 # Drawing
 # --------------------------------------------------------------------------
+def _index(option: str, value: int, items: Sequence, owner: str,
+           unit: str) -> int:
+    """``value`` (negative counts from the end) as an index of ``items``,
+    or a ValueError naming the option and the valid choices."""
+    if not -len(items) <= value < len(items):
+        raise ValueError(
+            f'{option} {value}: {owner} has {len(items)} attention '
+            f'{unit}(s), choose from {list(range(len(items)))}')
+    return value % len(items)
+
+
 def select_rows(records: Sequence[dict], stages: Sequence[int],
                 blocks: Sequence[int], queries: Sequence) -> List[dict]:
     """One row per (stage, block, query cell); repeated cells are shown once.
@@ -398,16 +409,10 @@ def select_rows(records: Sequence[dict], stages: Sequence[int],
     grouped = group_stages(records)
     rows = []
     for s in stages:
-        if not -len(grouped) <= s < len(grouped):
-            raise ValueError(
-                f'--stage {s}: the model has {len(grouped)} attention '
-                f'stage(s), choose from {list(range(len(grouped)))}')
+        s = _index('--stage', s, grouped, 'the model', 'stage')
         stage = grouped[s]
         for b in blocks:
-            if not -len(stage) <= b < len(stage):
-                raise ValueError(
-                    f'--block {b}: stage {s % len(grouped)} has '
-                    f'{len(stage)} attention block(s)')
+            b = _index('--block', b, stage, f'stage {s}', 'block')
             rec = stage[b]
             cells = []
             for q in queries:
@@ -415,8 +420,7 @@ def select_rows(records: Sequence[dict], stages: Sequence[int],
                 if cell in cells:  # e.g. two queries in one pooled cell
                     continue
                 cells.append(cell)
-                rows.append(dict(rec=rec, stage=s % len(grouped),
-                                 block=b % len(stage), cell=cell,
+                rows.append(dict(rec=rec, stage=s, block=b, cell=cell,
                                  maps=head_maps(rec, cell)))
     return rows
 

@@ -1,5 +1,6 @@
-# CIFAR-10 with the report's pipeline (Appendix, SPEC §8): RandomCrop(32,
-# padding 4) + horizontal flip + RandAugment, then resize to 224; batch 64.
+# CIFAR-10 with the report's pipeline (LeCT report, Appendix):
+# RandomCrop(32, padding 4) + horizontal flip + RandAugment, then resize to
+# 224; batch 64.
 # CheckedCIFAR10 (lect_mm.datasets) reads data/cifar10/cifar-10-batches-py/,
 # the official python pickles, as mmpretrain's CIFAR10 does, but first checks
 # each file of the split (present, official byte size and MD5, 10,000 images)

@@ -1,5 +1,5 @@
-# CIFAR-100 with the report's pipeline (Appendix, SPEC §8): ./cifar10.py with
-# the CIFAR-100 data, statistics and RandAugment fill.
+# CIFAR-100 with the report's pipeline (LeCT report, Appendix): ./cifar10.py
+# with the CIFAR-100 data, statistics and RandAugment fill.
 # CheckedCIFAR100 reads data/cifar100/cifar-100-python/ (the official python
 # pickles: train 50,000 and test 10,000 images), each file checked as in
 # ./cifar10.py; download=False as there.

@@ -1,5 +1,5 @@
-# STL-10 with the report's pipeline (Appendix, SPEC §8): ./cifar10.py with the
-# STL-10 data and statistics and a RandomCrop(96, padding 4).
+# STL-10 with the report's pipeline (LeCT report, Appendix): ./cifar10.py with
+# the STL-10 data and statistics and a RandomCrop(96, padding 4).
 # lect_mm's STL10 reads data/stl10/stl10_binary/{train,test}_{X,y}.bin (the
 # official binaries; 5,000 train / 8,000 test images). download=False: missing
 # files raise; add `--cfg-options train_dataloader.dataset.download=True

@@ -1,8 +1,8 @@
-# LeCT v2 of the LeCT report (Appendix "LeCTv2"; SPEC §6): LeCT with the
+# LeCT v2 of the LeCT report (Appendix "LeCTv2"): LeCT with the
 # frequency-ramp split attention LeMSAv2 (h_ratio 1/2, 1/4, 1/8), heads
 # 2/3/7, sr_ratio 14/7/7, bicubic key/query resize in stage 1 and bilinear
 # later. The arch lives in LeCT.arch_zoo['v2']. 1,085,434 parameters with
-# 10 classes (SPEC: 1.0854 M).
+# 10 classes (reference implementation: 1.0854 M).
 model = dict(
     type='ImageClassifier',
     backbone=dict(

@@ -1,9 +1,9 @@
-# LeCT v3 of the LeCT report (Appendix "LeCTv3"; SPEC §3, §6): LeCT whose
+# LeCT v3 of the LeCT report (Appendix "LeCTv3"): LeCT whose
 # query upsampler is the spatially-varying ConvTranspose (cr_ratio 0.1). Its
 # per-position kernels are trained for img_size=224 (pooled grids 4x4, 4x4,
 # 7x7) and resampled for other input sizes.
 # The arch lives in LeCT.arch_zoo['v3']. 1,214,169 parameters with 10
-# classes (SPEC: 1.2142 M).
+# classes (reference implementation: 1.2142 M).
 model = dict(
     type='ImageClassifier',
     backbone=dict(

@@ -16,11 +16,11 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.alternet import AlterNetMSABlock, PreActBasicBlock
-from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  check_per_stage, freeze_stages, parse_arch,
+from lect_mm.blocks.utils import check_choice
+from lect_mm.models.utils import (STEM_TYPES, FreezeNormEvalMixin,
+                                  check_per_stage, freeze_stages,
+                                  linear_drop_path_rates, parse_arch,
                                   parse_out_indices)
-
-STEM_TYPES = ('conv7x7', 'conv3x3')
 
 
 @MODELS.register_module()
@@ -121,9 +121,7 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
                 raise ValueError(
                     f'A stage of {depth} blocks holds at most {depth // 2} '
                     f'MSA blocks, got msa_depths={arch["msa_depths"]}.')
-        if stem_type not in STEM_TYPES:
-            raise ValueError(f'Unsupported stem_type {stem_type!r}; choose '
-                             f'from {list(STEM_TYPES)}.')
+        check_choice(stem_type, STEM_TYPES, 'stem_type')
         out_indices = parse_out_indices(out_indices, num_stages, 'stages')
 
         self.depths = tuple(arch['depths'])
@@ -132,8 +130,7 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
         self.num_stages = num_stages
         self.window_size = window_size
         self.out_indices = tuple(out_indices)
-        self.frozen_stages = check_frozen_stages(frozen_stages, num_stages)
-        self.norm_eval = norm_eval
+        self._init_freezing(frozen_stages, num_stages, norm_eval)
 
         stem_channels = self.channels[0]
         if stem_type == 'conv7x7':
@@ -147,8 +144,7 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
             stem_stride = 1
 
         num_blocks = sum(self.depths)
-        dpr = [drop_path_rate * j / max(num_blocks - 1, 1)
-               for j in range(num_blocks)]
+        dpr = linear_drop_path_rates(drop_path_rate, num_blocks)
         self.stage_strides = []
         total_stride = stem_stride
         in_ch = stem_channels

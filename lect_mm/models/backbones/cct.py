@@ -11,9 +11,9 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
 from lect_mm.blocks.dropout import FastDropout
-from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
+from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
                                   freeze_stages, is_pretrained, parse_arch,
-                                  parse_out_indices, run_block)
+                                  parse_pooled_out, run_block)
 
 
 def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
@@ -124,12 +124,7 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
-                 init_cfg=[
-                     dict(type='TruncNormal', layer='Linear', std=.02,
-                          bias=0.),
-                     dict(type='Constant', layer='LayerNorm', val=1.,
-                          bias=0.)
-                 ]):  # yapf: disable
+                 init_cfg=TRUNC_NORMAL_INIT_CFG):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = a = parse_arch(arch, self.arch_zoo,
                                             self.essential_keys)
@@ -140,19 +135,10 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
                              f'{list(self.POS_EMBEDS)}, got '
                              f'{positional_embedding!r}')
         self.positional_embedding = positional_embedding
-        if out_type not in self.OUT_TYPES:
-            raise ValueError(f'Unsupported out_type {out_type!r}, choose '
-                             f'from {list(self.OUT_TYPES)}')
         self.out_type = out_type
-        self.out_indices = parse_out_indices(out_indices, self.num_layers)
-        if out_type == 'pooled' and self.out_indices != [self.num_layers - 1]:
-            raise ValueError(
-                "out_type='pooled' exists only after the last layer "
-                f'(out_indices=-1); got {out_indices}. Use '
-                "out_type='featmap' for intermediate layers.")
-        self.frozen_stages = check_frozen_stages(frozen_stages,
-                                                 self.num_layers)
-        self.norm_eval = norm_eval
+        self.out_indices = parse_pooled_out(out_type, self.OUT_TYPES,
+                                            out_indices, self.num_layers)
+        self._init_freezing(frozen_stages, self.num_layers, norm_eval)
         self.with_cp = with_cp
 
         self.tokenizer = CCTTokenizer(

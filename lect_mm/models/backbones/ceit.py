@@ -12,9 +12,9 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
 from lect_mm.blocks.dropout import FastDropout
-from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
+from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
                                   freeze_stages, is_pretrained, parse_arch,
-                                  parse_out_indices, run_block)
+                                  parse_pooled_out, run_block)
 
 
 @MODELS.register_module()
@@ -134,12 +134,7 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
-                 init_cfg=[
-                     dict(type='TruncNormal', layer='Linear', std=.02,
-                          bias=0.),
-                     dict(type='Constant', layer='LayerNorm', val=1.,
-                          bias=0.)
-                 ]):  # yapf: disable
+                 init_cfg=TRUNC_NORMAL_INIT_CFG):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self._parse_arch(arch)
         a = self.arch_settings
@@ -148,20 +143,11 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
         self.pooling = a['pooling']
         self.num_extra_tokens = 1 if self.pooling == 'lca' else 0
 
-        if out_type not in self.OUT_TYPES:
-            raise ValueError(f'Unsupported out_type {out_type!r}, choose '
-                             f'from {list(self.OUT_TYPES)}')
         self.out_type = out_type
-        self.out_indices = parse_out_indices(out_indices, self.num_layers,
-                                             'blocks')
-        if out_type == 'pooled' and self.out_indices != [self.num_layers - 1]:
-            raise ValueError(
-                "out_type='pooled' exists only after the last block "
-                f'(out_indices=-1); got {out_indices}. Use '
-                "out_type='featmap' for intermediate blocks.")
-        self.frozen_stages = check_frozen_stages(frozen_stages,
-                                                 self.num_layers)
-        self.norm_eval = norm_eval
+        self.out_indices = parse_pooled_out(out_type, self.OUT_TYPES,
+                                            out_indices, self.num_layers,
+                                            'blocks')
+        self._init_freezing(frozen_stages, self.num_layers, norm_eval)
         self.with_cp = with_cp
 
         img_size = (img_size, img_size) if isinstance(img_size,

@@ -1,4 +1,4 @@
-"""LeCT: Locally-enhanced Convolutional Transformer (report §3, SPEC §5-6).
+"""LeCT: Locally-enhanced Convolutional Transformer (LeCT report §3).
 
 Three stages, each ``ConvPatchEmbed -> depth x LeCTBlock -> LayerNorm``. The
 blocks themselves (LeMSA, LeMSAv2, LeFFN, the query upsamplers) live in
@@ -18,8 +18,8 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import (accepted_args, conv_out_size, set_defaults,
-                                  to_pair)
-from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
+                                  set_named_defaults, to_pair)
+from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
                                   freeze_stages, parse_arch, parse_out_indices,
                                   run_block)
 
@@ -69,8 +69,19 @@ def _per_stage(cfg: Union[dict, Sequence[dict], None], num_stages: int,
     return cfg
 
 
+def _lemsa_cfgs(query_upsampler: dict) -> List[dict]:
+    """The per-stage attention of LeCT v1 and v3: LeMSA with ``sr_ratio``
+    14, 7, 2 and a bilinear key-axis resize; they differ in
+    ``query_upsampler`` only (LeCT report §3.3, Appendix "LeCTv3")."""
+    return [
+        dict(type='LeMSA', sr_ratio=sr, key_upsample='bilinear',
+             query_upsampler=copy.deepcopy(query_upsampler))
+        for sr in (14, 7, 2)
+    ]
+
+
 class LeCTStage(BaseModule):
-    """One LeCT stage: patch embedding, blocks, LayerNorm (SPEC §5).
+    """One LeCT stage: patch embedding, blocks, LayerNorm (LeCT report §3).
 
     Args:
         patch_embed (dict): Config of the patch embedding.
@@ -110,9 +121,9 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
     """Locally-enhanced Convolutional Transformer backbone.
 
     Implements the network of the LeCT report (§3 LeMSA and LeFFN, Appendix
-    LeCT v2 and v3; SPEC §5-6): stage ``i`` is a convolutional patch
-    embedding (kernel 7 stride 4, then kernel 3 stride 2) followed by
-    ``depths[i]`` :class:`~lect_mm.blocks.LeCTBlock` and a LayerNorm.
+    LeCT v2 and v3): stage ``i`` is a convolutional patch embedding (kernel
+    7 stride 4, then kernel 3 stride 2) followed by ``depths[i]``
+    :class:`~lect_mm.blocks.LeCTBlock` and a LayerNorm.
 
     Everything inside a stage comes from config dicts: the arch table gives
     per-stage attention configs (``attn_cfgs``), and ``patch_cfg``,
@@ -127,10 +138,11 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
 
     Args:
         arch (str | dict): LeCT variant, one of ``'v1'``, ``'v2'``, ``'v3'``
-            (SPEC §6), or a dict with the keys ``embed_dims``, ``depths``,
-            ``num_heads``, ``ffn_ratios``, ``attn_cfgs`` (lists with one
-            entry per stage) and optionally ``patch_sizes`` and ``strides``
-            (default kernel 7 stride 4, then kernel 3 stride 2).
+            (LeCT report §3 and Appendix), or a dict with the keys
+            ``embed_dims``, ``depths``, ``num_heads``, ``ffn_ratios``,
+            ``attn_cfgs`` (lists with one entry per stage) and optionally
+            ``patch_sizes`` and ``strides`` (default kernel 7 stride 4, then
+            kernel 3 stride 2).
             Defaults to 'v1'.
         img_size (int | tuple[int, int]): Input size the network is trained
             for. Only v3's SVConvTransposeUpsampler uses it: its
@@ -145,12 +157,21 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         drop_path_rate (float): Stochastic depth rate, increased linearly
             from 0 over all blocks. Defaults to 0.1.
         patch_cfg (dict | list[dict]): Merged into each stage's patch
-            embedding config ``dict(type='ConvPatchEmbed', norm_cfg=LN eps
-            1e-5)``. Defaults to ``dict()``.
+            embedding config ``dict(type='ConvPatchEmbed', kernel_size=...,
+            stride=..., norm_cfg=LN eps 1e-5)`` (kernel and stride from the
+            arch's ``patch_sizes`` and ``strides``; a ``kernel_size``,
+            ``stride`` or ``padding`` given here wins). ``in_channels``
+            and ``embed_dims`` follow from the arch and, like a key the
+            type does not take, raise a ValueError. Defaults to ``dict()``.
         attn_cfg (dict | list[dict]): Merged into each stage's attention
             config from the arch. Defaults to ``dict()``.
         ffn_cfg (dict | list[dict]): Merged into each stage's FFN config
-            ``dict(type='LeFFN', ffn_ratio=...)``. Defaults to ``dict()``.
+            ``dict(type='LeFFN', ffn_ratio=...)``. A type that takes
+            ``feedforward_channels`` gets ``int(embed_dims * ffn_ratio)``,
+            and a token-wise FFN is called without ``hw_shape`` (see
+            :class:`~lect_mm.blocks.LeCTBlock`), so mmcv's
+            ``dict(type='FFN', act_cfg=dict(type='GELU'))`` swaps in a plain
+            MLP of the same width. Defaults to ``dict()``.
         norm_cfg (dict): Norm of the blocks and of each stage's output.
             Defaults to ``dict(type='LN', eps=1e-6)``.
         out_indices (Sequence[int] | int): Stages whose normalised
@@ -176,12 +197,8 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
             depths=[1, 3, 1],
             num_heads=[2, 4, 6],
             ffn_ratios=[2, 3, 4],
-            attn_cfgs=[
-                dict(type='LeMSA', sr_ratio=sr, key_upsample='bilinear',
-                     query_upsampler=dict(
-                         type='ResizeDWConvUpsampler', mode='bilinear'))
-                for sr in (14, 7, 2)
-            ]),
+            attn_cfgs=_lemsa_cfgs(
+                dict(type='ResizeDWConvUpsampler', mode='bilinear'))),
         'v2': dict(
             embed_dims=[64, 128, 192],
             depths=[1, 3, 1],
@@ -196,18 +213,12 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                                           (7, 1 / 4, 'bilinear'),
                                           (7, 1 / 8, 'bilinear')]
             ]),
-        'v3': dict(
-            embed_dims=[64, 128, 192],
-            depths=[1, 3, 1],
-            num_heads=[2, 4, 6],
-            ffn_ratios=[2, 3, 4],
-            attn_cfgs=[
-                dict(type='LeMSA', sr_ratio=sr, key_upsample='bilinear',
-                     query_upsampler=dict(
-                         type='SVConvTransposeUpsampler', cr_ratio=0.1))
-                for sr in (14, 7, 2)
-            ]),
     }
+    # v3 is v1 with the spatially-varying ConvTranspose query upsampler.
+    arch_zoo['v3'] = dict(
+        arch_zoo['v1'],
+        attn_cfgs=_lemsa_cfgs(
+            dict(type='SVConvTransposeUpsampler', cr_ratio=0.1)))
     essential_keys = ('embed_dims', 'depths', 'num_heads', 'ffn_ratios',
                       'attn_cfgs')
 
@@ -226,12 +237,7 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
-                 init_cfg=[
-                     dict(type='TruncNormal', layer='Linear', std=.02,
-                          bias=0.),
-                     dict(type='Constant', layer='LayerNorm', val=1.,
-                          bias=0.),
-                 ]):
+                 init_cfg=TRUNC_NORMAL_INIT_CFG):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self._parse_arch(arch)
         arch = self.arch_settings
@@ -240,9 +246,7 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         self.img_size = to_pair(img_size, 'img_size')
         self.out_indices = tuple(
             parse_out_indices(out_indices, self.num_stages, 'stages'))
-        self.frozen_stages = check_frozen_stages(frozen_stages,
-                                                 self.num_stages)
-        self.norm_eval = norm_eval
+        self._init_freezing(frozen_stages, self.num_stages, norm_eval)
 
         patch_cfgs = _per_stage(patch_cfg, self.num_stages, 'patch_cfg')
         attn_cfgs = _per_stage(attn_cfg, self.num_stages, 'attn_cfg')
@@ -254,14 +258,16 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         self.stages = ModuleList()
         prev_dims, block_idx = in_channels, 0
         for i, dims in enumerate(self.embed_dims):
-            kernel, stride = arch['patch_sizes'][i], arch['strides'][i]
+            patch = self._patch_embed_cfg(patch_cfgs[i],
+                                          arch['patch_sizes'][i],
+                                          arch['strides'][i])
+            patch.update(in_channels=prev_dims, embed_dims=dims)
+            kernel = patch.get('kernel_size', arch['patch_sizes'][i])
+            stride = patch.get('stride', arch['strides'][i])
+            padding = patch.get('padding')
+            padding = kernel // 2 if padding is None else padding
             size = tuple(
-                conv_out_size(s, kernel, stride, kernel // 2) for s in size)
-            patch = merge_cfg(
-                dict(type='ConvPatchEmbed',
-                     norm_cfg=dict(type='LN', eps=1e-5)), patch_cfgs[i])
-            patch.update(in_channels=prev_dims, embed_dims=dims,
-                         kernel_size=kernel, stride=stride)
+                conv_out_size(s, kernel, stride, padding) for s in size)
 
             attn = merge_cfg(arch['attn_cfgs'][i], attn_cfgs[i])
             attn = set_defaults(
@@ -272,6 +278,8 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                 dict(type='LeFFN', ffn_ratio=arch['ffn_ratios'][i]),
                 ffn_cfgs[i])
             ffn = set_defaults(ffn, ffn_drop=drop_rate)
+            ffn = set_named_defaults(
+                ffn, feedforward_channels=int(dims * arch['ffn_ratios'][i]))
 
             blocks = [
                 dict(type='LeCTBlock', embed_dims=dims,
@@ -295,6 +303,30 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         arch.setdefault('patch_sizes', [7] + [3] * (num_stages - 1))
         arch.setdefault('strides', [4] + [2] * (num_stages - 1))
         return arch
+
+    @staticmethod
+    def _patch_embed_cfg(patch_cfg: Optional[dict], kernel_size: int,
+                         stride: int) -> dict:
+        """A stage's patch embedding config: ``patch_cfg`` merged onto
+        ``ConvPatchEmbed`` with the arch's kernel and stride, every key
+        checked against what the type accepts (``in_channels`` and
+        ``embed_dims`` follow from the arch's widths)."""
+        patch = merge_cfg(
+            dict(type='ConvPatchEmbed', kernel_size=kernel_size,
+                 stride=stride, norm_cfg=dict(type='LN', eps=1e-5)),
+            patch_cfg)
+        accepted = accepted_args(patch['type'])
+        if accepted is None:
+            return patch
+        allowed = accepted - {'in_channels', 'embed_dims'}
+        refused = sorted(set(patch) - allowed - {'type'})
+        if refused:
+            raise ValueError(
+                f'patch_cfg sets {refused}, which {patch["type"]!r} does not '
+                'take or LeCT derives from the arch (in_channels, '
+                f"embed_dims: arch['embed_dims']); accepted keys: "
+                f'{sorted(allowed)}.')
+        return patch
 
     @staticmethod
     def _bind_resolution(attn: dict, size: Tuple[int, int]):

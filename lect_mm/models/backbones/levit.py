@@ -26,9 +26,8 @@ import torch.nn as nn
 from mmpretrain.models.backbones.levit import LeViT, LinearBatchNorm, Residual
 from mmpretrain.registry import MODELS
 
-from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  freeze_stages, is_pretrained, parse_arch,
-                                  parse_out_indices)
+from lect_mm.models.utils import (FreezeNormEvalMixin, freeze_stages,
+                                  is_pretrained, parse_arch, parse_out_indices)
 
 
 @MODELS.register_module()
@@ -95,8 +94,7 @@ class FlexibleLeViT(FreezeNormEvalMixin, LeViT):
             arch,
             out_indices=parse_out_indices(out_indices, num_stages, 'stages'),
             **kwargs)
-        self.frozen_stages = check_frozen_stages(frozen_stages, num_stages)
-        self.norm_eval = norm_eval
+        self._init_freezing(frozen_stages, num_stages, norm_eval)
         self.zero_init_residual = zero_init_residual
         self._freeze_stages()
 

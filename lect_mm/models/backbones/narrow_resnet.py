@@ -14,11 +14,11 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.models.backbones.resnet import BasicBlock, ResLayer
 from mmpretrain.registry import MODELS
 
-from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  check_per_stage, freeze_stages, parse_arch,
+from lect_mm.blocks.utils import check_choice
+from lect_mm.models.utils import (STEM_TYPES, FreezeNormEvalMixin,
+                                  check_per_stage, freeze_stages,
+                                  linear_drop_path_rates, parse_arch,
                                   parse_out_indices)
-
-STEM_TYPES = ('conv7x7', 'conv3x3')
 
 
 @MODELS.register_module()
@@ -34,8 +34,8 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
     ``ReLU(drop_path(residual) + shortcut)``.
 
     ``arch='report'`` is the author's ``ResNet(BasicBlock, [2, 2, 2, 2])``
-    (widths 32/64/96/128, BASELINES §2); ``arch='18'`` equals mmpretrain's
-    ``ResNet(depth=18)`` key for key.
+    (the LeCT author's ``ResNet.py``; widths 32/64/96/128); ``arch='18'``
+    equals mmpretrain's ``ResNet(depth=18)`` key for key.
 
     Args:
         arch (str | dict): A key of ``arch_zoo`` or a dict with ``depths``
@@ -98,15 +98,11 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
         self.widths = tuple(arch['widths'])
         self.num_stages = check_per_stage({'strides': strides},
                                           len(self.depths))
-        if stem_type not in STEM_TYPES:
-            raise ValueError(f'Unsupported stem_type {stem_type!r}; choose '
-                             f'from {list(STEM_TYPES)}.')
+        check_choice(stem_type, STEM_TYPES, 'stem_type')
         out_indices = parse_out_indices(out_indices, self.num_stages,
                                         'stages')
         self.out_indices = tuple(out_indices)
-        self.frozen_stages = check_frozen_stages(frozen_stages,
-                                                 self.num_stages)
-        self.norm_eval = norm_eval
+        self._init_freezing(frozen_stages, self.num_stages, norm_eval)
 
         stem_channels = self.widths[0]
         if stem_type == 'conv7x7':
@@ -123,8 +119,7 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
         self.relu = build_activation_layer(act_cfg)
 
         num_blocks = sum(self.depths)
-        dpr = [drop_path_rate * j / max(num_blocks - 1, 1)
-               for j in range(num_blocks)]
+        dpr = linear_drop_path_rates(drop_path_rate, num_blocks)
         self.res_layers = []
         in_ch = stem_channels
         for i, (depth, width) in enumerate(zip(self.depths, self.widths)):

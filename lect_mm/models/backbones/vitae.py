@@ -8,7 +8,7 @@ from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
-from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
+from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
                                   freeze_stages, parse_arch, parse_out_indices,
                                   run_block)
 
@@ -101,19 +101,11 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                      rc_types=['performer', 'performer', 'performer_less'],
                      nc_depths=[0, 0, 7], nc_heads=[1, 1, 4],
                      nc_groups=[1, 1, 64], ffn_ratio=2),
-        '6M': dict(embed_dims=[64, 64, 128], token_dims=[64, 64, 256],
-                   downsample_ratios=[4, 2, 2], kernel_sizes=[7, 3, 3],
-                   dilations=[[1, 2, 3, 4], [1, 2, 3], [1, 2]],
-                   rc_types=['performer', 'performer', 'performer_less'],
-                   nc_depths=[0, 0, 10], nc_heads=[1, 1, 4],
-                   nc_groups=[1, 1, 64], ffn_ratio=2),
-        'xs': dict(embed_dims=[32, 32, 64], token_dims=[32, 32, 128],
-                   downsample_ratios=[4, 2, 2], kernel_sizes=[7, 3, 3],
-                   dilations=[[1, 2, 3, 4], [1, 2, 3], [1, 2]],
-                   rc_types=['performer', 'performer', 'performer_less'],
-                   nc_depths=[0, 0, 7], nc_heads=[1, 1, 4],
-                   nc_groups=[1, 1, 32], ffn_ratio=2),
     }  # yapf: disable
+    # '6M' is 'tiny' with 10 normal cells; 'xs' is 'tiny' at half width.
+    arch_zoo['6M'] = dict(arch_zoo['tiny'], nc_depths=[0, 0, 10])
+    arch_zoo['xs'] = dict(arch_zoo['tiny'], embed_dims=[32, 32, 64],
+                          token_dims=[32, 32, 128], nc_groups=[1, 1, 32])
     essential_keys = ('embed_dims', 'token_dims', 'downsample_ratios',
                       'kernel_sizes', 'dilations', 'rc_types', 'nc_depths',
                       'nc_heads', 'nc_groups', 'ffn_ratio')
@@ -136,12 +128,7 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
-                 init_cfg=[
-                     dict(type='TruncNormal', layer='Linear', std=.02,
-                          bias=0.),
-                     dict(type='Constant', layer='LayerNorm', val=1.,
-                          bias=0.)
-                 ]):  # yapf: disable
+                 init_cfg=TRUNC_NORMAL_INIT_CFG):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = a = parse_arch(arch, self.arch_zoo,
                                             self.essential_keys,
@@ -149,9 +136,7 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
         self.num_stages = len(a['embed_dims'])
         self.out_indices = parse_out_indices(out_indices, self.num_stages,
                                              'stages')
-        self.frozen_stages = check_frozen_stages(frozen_stages,
-                                                 self.num_stages)
-        self.norm_eval = norm_eval
+        self._init_freezing(frozen_stages, self.num_stages, norm_eval)
         self.with_cp = with_cp
         self.out_channels = list(a['token_dims'])
 

@@ -13,6 +13,7 @@ Handles are also added for ops mmengine does not count (bicubic resize,
 avg/max pooling). Elementwise ops (GELU, softmax, additions) are not counted,
 as in mmengine/fvcore.
 """
+import argparse
 import contextlib
 from math import prod
 from typing import Dict, Iterator, Sequence
@@ -114,3 +115,20 @@ def build_model(config: str, cfg_options=None) -> nn.Module:
 def count_params(model: nn.Module) -> int:
     """All parameters of the model, frozen ones included."""
     return sum(p.numel() for p in model.parameters())
+
+
+def add_shape_argument(parser: argparse.ArgumentParser) -> None:
+    """Add the tools' ``--shape H W`` (or one side of a square; default
+    224 224) to ``parser``; the parsed value is ``[H, W]``."""
+
+    class ShapeAction(argparse.Action):
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            if len(values) not in (1, 2):
+                parser.error(f'{option_string} takes H W or one side, got '
+                             f'{values}')
+            setattr(namespace, self.dest, list(values) * (3 - len(values)))
+
+    parser.add_argument(
+        '--shape', type=int, nargs='+', default=[224, 224],
+        action=ShapeAction, help='input size: H W, or one value for a square')

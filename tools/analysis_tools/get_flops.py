@@ -24,7 +24,7 @@ from typing import Dict, Sequence
 from mmengine.analysis.print_helper import complexity_stats_table
 from mmengine.config import DictAction
 
-from lect_mm.analysis import analyze, build_model
+from lect_mm.analysis import add_shape_argument, analyze, build_model
 
 
 def report(result: Dict, input_shape: Sequence[int],
@@ -57,19 +57,13 @@ def parse_args(argv=None):
         description='Params and FLOPs of a model (attention counted on '
         'the literal path)')
     parser.add_argument('config', help='config file path')
-    parser.add_argument(
-        '--shape', type=int, nargs='+', default=[224, 224],
-        help='input size: H W, or one value for a square')
+    add_shape_argument(parser)
     parser.add_argument('--show-table', action='store_true',
                         help='print a per-module table')
     parser.add_argument(
         '--cfg-options', nargs='+', action=DictAction,
         help='override settings in the config, xxx=yyy format')
     args = parser.parse_args(argv)
-    if len(args.shape) == 1:
-        args.shape = args.shape * 2
-    elif len(args.shape) != 2:
-        parser.error(f'--shape takes H W or one side, got {args.shape}')
     return args
 
 

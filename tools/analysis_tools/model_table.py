@@ -29,7 +29,8 @@ from typing import Callable, Optional, Sequence
 import torch
 from mmengine.config import DictAction
 
-from lect_mm.analysis import build_model, count_flops, count_params
+from lect_mm.analysis import (add_shape_argument, build_model, count_flops,
+                              count_params)
 
 
 @torch.inference_mode()
@@ -179,9 +180,7 @@ def parse_args(argv=None):
         description='Params, FLOPs and throughput of configs as a markdown '
         'table')
     parser.add_argument('configs', nargs='+', help='config files')
-    parser.add_argument(
-        '--shape', type=int, nargs='+', default=[224, 224],
-        help='input size: H W, or one value for a square')
+    add_shape_argument(parser)
     parser.add_argument(
         '--no-flops', action='store_true', help='skip the FLOP count')
     parser.add_argument(
@@ -204,10 +203,6 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.plot and args.no_flops:
         parser.error('--plot needs FLOPs; drop --no-flops')
-    if len(args.shape) == 1:
-        args.shape = args.shape * 2
-    elif len(args.shape) != 2:
-        parser.error(f'--shape takes H W or one side, got {args.shape}')
     return args
 
 

@@ -18,6 +18,17 @@ _LEVELS = 1 << 15  # the mask's draws are uniform on [0, 2**15 - 1]
 _MIN_NUMEL = 1 << 15
 
 
+def _is_dense(x: torch.Tensor) -> bool:
+    """Whether ``x``'s elements fill its storage span without gaps or
+    overlaps (some permutation of a contiguous tensor)."""
+    expected = 1
+    for size, stride in sorted(zip(x.shape, x.stride()), key=lambda p: p[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 @MODELS.register_module()
 class FastDropout(nn.Dropout):
     """``nn.Dropout`` whose CPU mask is drawn from 15-bit integers.
@@ -29,8 +40,8 @@ class FastDropout(nn.Dropout):
     the input exactly, as with ``nn.Dropout``. Each 32-bit draw of the
     generator gives two such integers, and the mask costs about a third
     of ``bernoulli_``'s.
-    Like ``nn.Dropout`` on the CPU, it keeps the scaled mask (in ``x``'s
-    dtype) for backward.
+    For backward it keeps the mask as a bool tensor (1 byte an element;
+    ``nn.Dropout``'s CPU path keeps a scaled mask in ``x``'s dtype).
     lect_mm's blocks use it for all their dropouts (the report's drop rate
     0.1 on the LeMSA and LeFFN outputs, SPEC §4 and §7).
 
@@ -59,11 +70,17 @@ class FastDropout(nn.Dropout):
         # high int16 halves, each masked to 15 bits.
         n = x.numel()
         bits = torch.empty((n + 1) // 2, dtype=torch.int32).random_()
-        bits = bits.view(torch.int16)[:n].bitwise_and_(_LEVELS - 1)
+        bits = bits.view(torch.int16)
+        if n % 2:
+            bits = bits[:n]
+        keep = torch.ge(bits.bitwise_and_(_LEVELS - 1), threshold)
         # The mask takes x's memory layout (the draws are i.i.d., so any
         # dense layout is a valid mask), so the product reads both densely.
-        # As in nn.Dropout's CPU path, the scaled mask is a tensor of x's
-        # dtype, which backward multiplies the gradient with.
-        mask = torch.empty_like(x)
-        torch.ge(bits, threshold, out=mask.as_strided((n, ), (1, )))
-        return x * mask.mul_(_LEVELS / (_LEVELS - threshold))
+        if _is_dense(x):
+            keep = keep.as_strided(x.shape, x.stride())
+        else:
+            keep = keep.view(x.shape)
+        # A bool mask: autograd keeps 1 byte an element for backward (the
+        # float mask of nn.Dropout's CPU path takes x's element size), and
+        # kept elements are x * scale, bit for bit as with a float mask.
+        return x.mul(_LEVELS / (_LEVELS - threshold)).mul(keep)

@@ -14,6 +14,7 @@ from mmcv.cnn import build_activation_layer, build_norm_layer
 
 from mmpretrain.registry import MODELS
 from .pooled_attention import PooledKeyAttention, check_hw_shape
+from .recompute import recompute, recompute_active, recomputable_bn
 from .utils import check_choice
 
 QKV_MODES = ('sequential', 'parallel')
@@ -31,6 +32,15 @@ def _conv_bn(channels: int, kernel_size: int, bias: bool,
             groups=channels,
             bias=bias),
         build_norm_layer(norm_cfg, channels)[1])
+
+
+def _conv_norm(conv_bn: nn.Sequential, x: torch.Tensor,
+               recomputing: bool) -> torch.Tensor:
+    """``conv_bn(x)``; when recomputing, without a second update of the
+    norm's running statistics."""
+    if not recomputing:
+        return conv_bn(x)
+    return recomputable_bn(conv_bn[1], conv_bn[0](x), True)
 
 
 @MODELS.register_module()
@@ -116,13 +126,26 @@ class LeMSA(PooledKeyAttention):
         H, W = check_hw_shape(x, hw_shape)
         v = self.proj_v(x)
         v_map = rearrange(v, 'b (h w) c -> b c h w', h=H, w=W)
-        a = self.conv1(v_map)
-        b = self.conv2(
-            self.act(a) if self.qkv_mode == 'sequential' else v_map)
-        out = self.attend(self.pool(a), self.pool(b), v, (H, W))
-        if self.conv_skip:
-            out = out + self.act(b)
+        if recompute_active(self):
+            q_map, k_map, skip = recompute(
+                self._local, v_map, params=self.parameters())
+        else:
+            q_map, k_map, skip = self._local(v_map, False)
+        out = self.attend(q_map, k_map, v, (H, W))
+        if skip is not None:
+            out = out + skip
         return self.project(rearrange(out, 'b c h w -> b (h w) c'))
+
+    def _local(self, v_map: torch.Tensor, recomputing: bool):
+        """The depthwise branches: pooled queries and keys and the skip
+        (None without ``conv_skip``)."""
+        a = _conv_norm(self.conv1, v_map, recomputing)
+        b = _conv_norm(
+            self.conv2,
+            self.act(a) if self.qkv_mode == 'sequential' else v_map,
+            recomputing)
+        return (self.pool(a), self.pool(b),
+                self.act(b) if self.conv_skip else None)
 
     def extra_repr(self) -> str:
         return (f'{super().extra_repr()}, conv_skip={self.conv_skip}, '
@@ -244,13 +267,28 @@ class LeMSAv2(PooledKeyAttention):
         src = x[..., self.h_dim:] if self.low_from_input else \
             x[..., :self.h_dim]
         v = self.proj_v(src)
-        a = self.conv1(rearrange(v, 'b (h w) c -> b c h w', h=H, w=W))
-        b = self.conv2(self.act(a))
-        high = self.act(self.conv3(b))
-        low = self.attend(self._pooled_heads(a), self._pooled_heads(b), v,
-                          (H, W))
+        v_map = rearrange(v, 'b (h w) c -> b c h w', h=H, w=W)
+        if recompute_active(self):
+            q_map, k_map, b = recompute(
+                self._local, v_map, params=self.parameters())
+            high = recompute(self._high, self.conv3[0](b),
+                             params=self.parameters())
+        else:
+            q_map, k_map, b = self._local(v_map, False)
+            high = self.act(self.conv3(b))
+        low = self.attend(q_map, k_map, v, (H, W))
         return self.project(rearrange(high, 'b c h w -> b (h w) c'),
                             rearrange(low, 'b c h w -> b (h w) c'))
+
+    def _local(self, v_map: torch.Tensor, recomputing: bool):
+        """The depthwise branches: pooled query and key heads and ``b``."""
+        a = _conv_norm(self.conv1, v_map, recomputing)
+        b = _conv_norm(self.conv2, self.act(a), recomputing)
+        return self._pooled_heads(a), self._pooled_heads(b), b
+
+    def _high(self, x: torch.Tensor, recomputing: bool) -> torch.Tensor:
+        """GELU(BN(x)) of the high-frequency branch."""
+        return self.act(recomputable_bn(self.conv3[1], x, recomputing))
 
     def extra_repr(self) -> str:
         return (f'{super().extra_repr()}, h_dim={self.h_dim}, '

@@ -16,7 +16,9 @@ from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 from .dropout import FastDropout
 from .functional import IMPLS, attend
-from .upsample import (MATMUL_RESIZE_MAX_CELLS, SVConvTransposeUpsampler,
+from .recompute import recompute, recompute_active
+from .upsample import (MATMUL_RESIZE_MAX_CELLS, ResizeDWConvUpsampler,
+                       ResizeUpsampler, SVConvTransposeUpsampler,
                        check_resize_mode, resize, resize_grid_axis)
 from .utils import check_choice
 
@@ -200,7 +202,18 @@ class PooledKeyAttention(BaseModule):
             (logit map resized along the key axis) or ``'auto'``
             (:func:`resolve_impl`). All three compute the same function.
         init_cfg (dict, optional): Initialization config. Defaults to None.
+
+    In training, :meth:`attend` keeps only its pooled queries and keys and
+    the values for backward and recomputes the resized keys, the attention
+    and the query upsampler there (same values and gradients); a subclass
+    recomputes its own cheap layers likewise. ``recompute = False`` keeps
+    every intermediate instead.
     """
+
+    #: Query upsamplers :meth:`attend` may run again in backward (their
+    #: BatchNorm, if any, is not updated twice).
+    RECOMPUTABLE_UPSAMPLERS = (ResizeUpsampler, ResizeDWConvUpsampler,
+                               SVConvTransposeUpsampler)
 
     def __init__(self,
                  embed_dims: int,
@@ -223,6 +236,7 @@ class PooledKeyAttention(BaseModule):
         self.proj_drop = FastDropout(proj_drop)
         self.return_attn_map = False
         self.attn_map = None
+        self.recompute = True
 
     def _build_output(self, query_upsampler: dict, channels: int):
         """Build the query upsampler (on the attention's ``channels``) and
@@ -265,14 +279,32 @@ class PooledKeyAttention(BaseModule):
             a channels_last view of tokens.
         """
         q = rearrange(q_map, 'b (m d) h w -> b m (h w) d', m=self.num_heads)
+        # Resolved here: a recomputing run records autograd only in backward.
+        impl = resolve_impl(self.impl, q, k_map)
+        h = q_map.shape[-2]
+        if (recompute_active(self) and not self.return_attn_map
+                and type(self.query_upsampler) in
+                self.RECOMPUTABLE_UPSAMPLERS):
+            return recompute(
+                lambda q, k, val, recomputing: self._attend(
+                    q, k, val, h, hw_shape, impl, recomputing),
+                q, k_map, v, params=self.parameters())
+        return self._attend(q, k_map, v, h, hw_shape, impl, False)
+
+    def _attend(self, q: torch.Tensor, k_map: torch.Tensor, v: torch.Tensor,
+                h: int, hw_shape: Tuple[int, int], impl: str,
+                recomputing: bool) -> torch.Tensor:
         v = rearrange(v, 'b n (m d) -> b m n d', m=self.num_heads)
         out, attn_map = pooled_key_attention(
             q, k_map, v, hw_shape, self.key_upsample, self.scale,
-            self.attn_drop, self.impl, self.return_attn_map)
+            self.attn_drop, impl, self.return_attn_map)
         if self.return_attn_map:
             self.attn_map = attn_map
-        return self.query_upsampler(
-            heads_to_map(out, q_map.shape[-2]), hw_shape)
+        out = heads_to_map(out, h)
+        if recomputing and isinstance(self.query_upsampler,
+                                      ResizeDWConvUpsampler):
+            return self.query_upsampler(out, hw_shape, recomputing=True)
+        return self.query_upsampler(out, hw_shape)
 
     def project(self, *parts: torch.Tensor) -> torch.Tensor:
         """``proj_drop(proj(concat(parts)))`` over the channel axis.

@@ -47,9 +47,9 @@ def test_saved_bytes_grow_with_the_batch():
 # dispatch more ops fails here; lower them when the footprint shrinks.
 PINNED = {
     'configs/baselines/resnet_cifar10.py': (15_168_720, 339),
-    'configs/lect/lect_v1_cifar10.py': (55_464_684, 1385),
-    'configs/lect/lect_v2_cifar10.py': (50_689_012, 1913),
-    'configs/lect/lect_v3_cifar10.py': (51_595_352, 1445),
+    'configs/lect/lect_v1_cifar10.py': (36_693_972, 1415),
+    'configs/lect/lect_v2_cifar10.py': (37_825_812, 2124),
+    'configs/lect/lect_v3_cifar10.py': (36_944_400, 1505),
 }
 
 

@@ -89,16 +89,28 @@ def pool_map(x: torch.Tensor, sr_ratio: Optional[int],
     return fn(x, sr_ratio, sr_ratio, ceil_mode=True)
 
 
+def map_to_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Split a head-major ``(B, m*d, h, w)`` map into heads ``(B, m, h*w, d)``
+    (channel ``c`` is head ``c // d``): two views for the channels_last and
+    the contiguous maps of the layer."""
+    B, C, h, w = x.shape
+    return x.reshape(B, num_heads, C // num_heads, h * w).transpose(-2, -1)
+
+
 def heads_to_map(x: torch.Tensor, h: int) -> torch.Tensor:
     """Re-assemble heads ``(B, m, h*w, d)`` into a ``(B, m*d, h, w)`` map.
 
     Channel ``c`` is head ``c // d``. The map is a ``channels_last`` view of
     ``(B, h*w, m*d)`` tokens, the layout of every other map in the layer, so
     the query upsampler, its norm and the skip addition need no layout
-    conversion.
+    conversion. Heads laid out as such tokens (SDPA's output) take two
+    views, others one copy.
     """
-    tokens = rearrange(x, 'b m n d -> b n (m d)')
-    return rearrange(tokens, 'b (h w) c -> b c h w', h=h)
+    B, m, n, d = x.shape
+    if x.transpose(1, 2).is_contiguous():
+        return x.transpose(-2, -1).reshape(B, m * d, h, n // h)
+    tokens = x.transpose(1, 2).reshape(B, h, n // h, m * d)
+    return tokens.permute(0, 3, 1, 2)
 
 
 def pooled_key_attention(q: torch.Tensor,
@@ -131,15 +143,13 @@ def pooled_key_attention(q: torch.Tensor,
     num_heads = q.shape[1]
     if resolve_impl(impl, q, k_map) == 'literal':
         h, w = k_map.shape[-2:]
-        k = rearrange(k_map, 'b (m d) h w -> b m (h w) d', m=num_heads)
+        k = map_to_heads(k_map, num_heads)
         # Scaling q before the (linear) resize costs Nq x d, not Nq x N.
         logits = resize_grid_axis((q * scale) @ k.transpose(-2, -1), (h, w),
                                   hw_shape, mode)
         attn = logits.softmax(dim=-1)
         return dropout(attn) @ v, attn.detach() if need_map else None
-    k_up = rearrange(
-        resize(k_map, hw_shape, mode), 'b (m d) h w -> b m (h w) d',
-        m=num_heads)
+    k_up = map_to_heads(resize(k_map, hw_shape, mode), num_heads)
     return attend(q, k_up, v, scale,
                   dropout.p if dropout.training else 0., 'fused',
                   need_map=need_map)
@@ -278,7 +288,7 @@ class PooledKeyAttention(BaseModule):
             torch.Tensor: The query-upsampled output ``(B, m * dv, H, W)``,
             a channels_last view of tokens.
         """
-        q = rearrange(q_map, 'b (m d) h w -> b m (h w) d', m=self.num_heads)
+        q = map_to_heads(q_map, self.num_heads)
         # Resolved here: a recomputing run records autograd only in backward.
         impl = resolve_impl(self.impl, q, k_map)
         h = q_map.shape[-2]

@@ -13,7 +13,8 @@ from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
 
 from mmpretrain.registry import MODELS
-from .pooled_attention import PooledKeyAttention, check_hw_shape
+from .pooled_attention import (PooledKeyAttention, check_hw_shape,
+                               resolve_impl_for)
 from .recompute import recompute, recompute_active, recomputable_bn
 from .utils import check_choice
 
@@ -247,18 +248,22 @@ class LeMSAv2(PooledKeyAttention):
         self.act = build_activation_layer(act_cfg)
         self._build_output(query_upsampler, l_dim)
 
-    def _pooled_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, l, H, W) -> per-head [avg, max] map (B, m * 2l/m, h', w'),
-        channels_last so that the resized keys split into heads without a
-        copy."""
+    def _pooled_heads(self, x: torch.Tensor,
+                      channels_last: bool = True) -> torch.Tensor:
+        """(B, l, H, W) -> per-head [avg, max] map (B, m * 2l/m, h', w').
+
+        ``channels_last`` for the fused path, so that the resized keys
+        split into heads without a copy; contiguous for the literal path,
+        whose head matmuls then take the heads without a copy.
+        """
         avg = rearrange(self.pool(x, 'avg'), 'b (m d) h w -> b m d h w',
                         m=self.num_heads)
         mx = rearrange(self.pool(x, 'max'), 'b (m d) h w -> b m d h w',
                        m=self.num_heads)
-        return rearrange(
-            torch.cat([avg, mx], dim=2),
-            'b m d h w -> b (m d) h w').contiguous(
-                memory_format=torch.channels_last)
+        heads = rearrange(torch.cat([avg, mx], dim=2),
+                          'b m d h w -> b (m d) h w')
+        return heads.contiguous(memory_format=torch.channels_last
+                                if channels_last else torch.contiguous_format)
 
     def forward(self, x: torch.Tensor,
                 hw_shape: Tuple[int, int]) -> torch.Tensor:
@@ -268,13 +273,19 @@ class LeMSAv2(PooledKeyAttention):
             x[..., :self.h_dim]
         v = self.proj_v(src)
         v_map = rearrange(v, 'b (h w) c -> b c h w', h=H, w=W)
+        literal = resolve_impl_for(
+            self.impl, v.device, v.dtype, v.requires_grad,
+            2 * self.l_dim // self.num_heads,
+            self.pooled_cells((H, W))) == 'literal'
         if recompute_active(self):
             q_map, k_map, b = recompute(
-                self._local, v_map, params=self.parameters())
+                lambda v_map, recomputing: self._local(
+                    v_map, recomputing, not literal),
+                v_map, params=self.parameters())
             high = recompute(self._high, self.conv3[0](b),
                              params=self.parameters())
         else:
-            q_map, k_map, b = self._local(v_map, False)
+            q_map, k_map, b = self._local(v_map, False, not literal)
             high = self.act(self.conv3(b))
         low = self.attend(q_map, k_map, v, (H, W))
         # One concatenated map (both are channels_last) and one projection:
@@ -282,11 +293,13 @@ class LeMSAv2(PooledKeyAttention):
         return self.project(
             rearrange(torch.cat([high, low], 1), 'b c h w -> b (h w) c'))
 
-    def _local(self, v_map: torch.Tensor, recomputing: bool):
+    def _local(self, v_map: torch.Tensor, recomputing: bool,
+               channels_last: bool = True):
         """The depthwise branches: pooled query and key heads and ``b``."""
         a = _conv_norm(self.conv1, v_map, recomputing)
         b = _conv_norm(self.conv2, self.act(a), recomputing)
-        return self._pooled_heads(a), self._pooled_heads(b), b
+        return (self._pooled_heads(a, channels_last),
+                self._pooled_heads(b, channels_last), b)
 
     def _high(self, x: torch.Tensor, recomputing: bool) -> torch.Tensor:
         """GELU(BN(x)) of the high-frequency branch."""

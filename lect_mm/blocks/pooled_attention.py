@@ -52,16 +52,25 @@ def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
     Returns:
         str: ``'fused'`` or ``'literal'``.
     """
+    recording = q.requires_grad or k_map.requires_grad
+    return resolve_impl_for(impl, q.device, q.dtype, recording, q.shape[-1],
+                            k_map.shape[-2] * k_map.shape[-1])
+
+
+def resolve_impl_for(impl: str, device: torch.device, dtype: torch.dtype,
+                     requires_grad: bool, d_qk: int, cells: int) -> str:
+    """:func:`resolve_impl` from the queries' device, dtype and width
+    ``d_qk``, the pooled grid's ``cells`` and whether the inputs require
+    gradients (before the pooled maps exist, to pick their layout)."""
     if impl != 'auto':
         return impl
-    if q.device.type != 'cpu':
+    if device.type != 'cpu':
         return 'fused'
-    cells = k_map.shape[-2] * k_map.shape[-1]
-    if q.dtype in (torch.bfloat16, torch.float16):
+    if dtype in (torch.bfloat16, torch.float16):
         return 'literal' if cells <= MATMUL_RESIZE_MAX_CELLS else 'fused'
     recording = (not torch.jit.is_tracing() and torch.is_grad_enabled()
-                 and (q.requires_grad or k_map.requires_grad))
-    return 'literal' if recording and 2 * cells < q.shape[-1] else 'fused'
+                 and requires_grad)
+    return 'literal' if recording and 2 * cells < d_qk else 'fused'
 
 
 def check_hw_shape(x: torch.Tensor,
@@ -268,6 +277,13 @@ class PooledKeyAttention(BaseModule):
         self.query_upsampler = MODELS.build(
             cfg, default_args=dict(channels=channels))
         self.proj = nn.Linear(self.embed_dims, self.embed_dims)
+
+    def pooled_cells(self, hw_shape: Tuple[int, int]) -> int:
+        """Cells of the pooled grid of an ``hw_shape`` map."""
+        if self.pool_size is not None:
+            return self.pool_size[0] * self.pool_size[1]
+        K = self.sr_ratio
+        return -(-hw_shape[0] // K) * -(-hw_shape[1] // K)
 
     def pool(self, x: torch.Tensor, op: str = 'avg') -> torch.Tensor:
         """Pool a ``(B, c, H, W)`` map to the query/key grid

@@ -278,15 +278,12 @@ class LeMSAv2(PooledKeyAttention):
             2 * self.l_dim // self.num_heads,
             self.pooled_cells((H, W))) == 'literal'
         if recompute_active(self):
-            q_map, k_map, b = recompute(
+            q_map, k_map, high = recompute(
                 lambda v_map, recomputing: self._local(
                     v_map, recomputing, not literal),
                 v_map, params=self.parameters())
-            high = recompute(self._high, self.conv3[0](b),
-                             params=self.parameters())
         else:
-            q_map, k_map, b = self._local(v_map, False, not literal)
-            high = self.act(self.conv3(b))
+            q_map, k_map, high = self._local(v_map, False, not literal)
         low = self.attend(q_map, k_map, v, (H, W))
         # One concatenated map (both are channels_last) and one projection:
         # fewer ops than projecting the parts with column blocks of proj.
@@ -295,15 +292,13 @@ class LeMSAv2(PooledKeyAttention):
 
     def _local(self, v_map: torch.Tensor, recomputing: bool,
                channels_last: bool = True):
-        """The depthwise branches: pooled query and key heads and ``b``."""
+        """The convolutional branches: pooled query and key heads and the
+        high-frequency output."""
         a = _conv_norm(self.conv1, v_map, recomputing)
         b = _conv_norm(self.conv2, self.act(a), recomputing)
+        high = self.act(_conv_norm(self.conv3, b, recomputing))
         return (self._pooled_heads(a, channels_last),
-                self._pooled_heads(b, channels_last), b)
-
-    def _high(self, x: torch.Tensor, recomputing: bool) -> torch.Tensor:
-        """GELU(BN(x)) of the high-frequency branch."""
-        return self.act(recomputable_bn(self.conv3[1], x, recomputing))
+                self._pooled_heads(b, channels_last), high)
 
     def extra_repr(self) -> str:
         return (f'{super().extra_repr()}, h_dim={self.h_dim}, '

@@ -10,7 +10,6 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from einops import rearrange
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
@@ -305,6 +304,7 @@ class PooledKeyAttention(BaseModule):
             a channels_last view of tokens.
         """
         q = map_to_heads(q_map, self.num_heads)
+        v = v.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
         # Resolved here: a recomputing run records autograd only in backward.
         impl = resolve_impl(self.impl, q, k_map)
         h = q_map.shape[-2]
@@ -320,7 +320,6 @@ class PooledKeyAttention(BaseModule):
     def _attend(self, q: torch.Tensor, k_map: torch.Tensor, v: torch.Tensor,
                 h: int, hw_shape: Tuple[int, int], impl: str,
                 recomputing: bool) -> torch.Tensor:
-        v = rearrange(v, 'b n (m d) -> b m n d', m=self.num_heads)
         out, attn_map = pooled_key_attention(
             q, k_map, v, hw_shape, self.key_upsample, self.scale,
             self.attn_drop, impl, self.return_attn_map)

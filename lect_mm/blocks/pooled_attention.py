@@ -115,7 +115,7 @@ def heads_to_map(x: torch.Tensor, h: int) -> torch.Tensor:
     views, others one copy.
     """
     B, m, n, d = x.shape
-    if x.transpose(1, 2).is_contiguous():
+    if x.stride() == (n * m * d, d, m * d, 1):  # (B, n, m, d) tokens
         return x.transpose(-2, -1).reshape(B, m * d, h, n // h)
     tokens = x.transpose(1, 2).reshape(B, h, n // h, m * d)
     return tokens.permute(0, 3, 1, 2)

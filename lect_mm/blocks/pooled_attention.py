@@ -150,13 +150,21 @@ def pooled_key_attention(q: torch.Tensor,
     """
     num_heads = q.shape[1]
     if resolve_impl(impl, q, k_map) == 'literal':
+        B, _, Nq, dq = q.shape
         h, w = k_map.shape[-2:]
-        k = map_to_heads(k_map, num_heads)
+        # Heads folded into the batch of 3-D matmuls: the pooled maps are
+        # contiguous on this path, so q and k fold without copies.
         # Scaling q before the (linear) resize costs Nq x d, not Nq x N.
-        logits = resize_grid_axis((q * scale) @ k.transpose(-2, -1), (h, w),
-                                  hw_shape, mode)
+        logits = torch.bmm((q * scale).reshape(B * num_heads, Nq, dq),
+                           k_map.reshape(B * num_heads, dq, h * w))
+        logits = resize_grid_axis(logits, (h, w), hw_shape, mode)
         attn = logits.softmax(dim=-1)
-        return dropout(attn) @ v, attn.detach() if need_map else None
+        out = torch.bmm(dropout(attn), v.reshape(B * num_heads, -1,
+                                                 v.shape[-1]))
+        attn_map = None
+        if need_map:
+            attn_map = attn.detach().view(B, num_heads, Nq, -1)
+        return out.view(B, num_heads, Nq, -1), attn_map
     k_up = map_to_heads(resize(k_map, hw_shape, mode), num_heads)
     return attend(q, k_up, v, scale,
                   dropout.p if dropout.training else 0., 'fused',

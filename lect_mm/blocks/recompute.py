@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .functional import is_compiling
@@ -75,6 +76,7 @@ class _Recompute(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, *grads):
         args = ctx.saved_tensors
         num_inputs = ctx.num_inputs
@@ -119,7 +121,7 @@ def recompute(fn: Callable[..., Any],
     repeat) and differentiates it. ``params`` are the parameters ``fn``
     reads (more do no harm): their gradients come out of this step. ``fn``
     returns a tensor or a tuple of tensors (None allowed). Double backward
-    is not supported.
+    is not supported (it raises).
     """
     params = [p for p in params if p.requires_grad]
     return _Recompute.apply(fn, len(inputs), *inputs, *params)

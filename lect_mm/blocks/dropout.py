@@ -26,11 +26,12 @@ class FastDropout(nn.Dropout):
     ``t = round(p * 2**15)``, and kept elements are scaled by
     ``2**15 / (2**15 - t)``. The drop probability is ``t / 2**15``, within
     ``1.6e-5`` of ``p`` (0.100006 for 0.1), and the output's expectation is
-    the input exactly, as with ``nn.Dropout``. Each 32-bit draw of the
-    generator gives two such integers, and the mask costs about a third
-    of ``bernoulli_``'s.
-    Like ``nn.Dropout`` on the CPU, it keeps the scaled mask (in ``x``'s
-    dtype) for backward.
+    the input exactly, as with ``nn.Dropout``. The draws are int16's
+    ``random_`` (one generator word an element, no float transform): the
+    mask costs about half of ``bernoulli_``'s, in four kernels (draw,
+    compare, two products).
+    For backward it keeps the mask as a bool tensor (1 byte an element;
+    ``nn.Dropout``'s CPU path keeps a scaled mask in ``x``'s dtype).
     lect_mm's blocks use it for all their dropouts (the report's drop rate
     0.1 on the LeMSA and LeFFN outputs, LeCT report §3.4 and Appendix).
 
@@ -55,15 +56,11 @@ class FastDropout(nn.Dropout):
         threshold = round(self.p * _LEVELS)
         if threshold >= _LEVELS:
             return x * 0.
-        # One int32 draw ([0, 2**31)) gives two 15-bit draws: its low and
-        # high int16 halves, each masked to 15 bits.
-        n = x.numel()
-        bits = torch.empty((n + 1) // 2, dtype=torch.int32).random_()
-        bits = bits.view(torch.int16)[:n].bitwise_and_(_LEVELS - 1)
-        # The mask takes x's memory layout (the draws are i.i.d., so any
-        # dense layout is a valid mask), so the product reads both densely.
-        # As in nn.Dropout's CPU path, the scaled mask is a tensor of x's
-        # dtype, which backward multiplies the gradient with.
-        mask = torch.empty_like(x)
-        torch.ge(bits, threshold, out=mask.as_strided((n, ), (1, )))
-        return x * mask.mul_(_LEVELS / (_LEVELS - threshold))
+        # One 15-bit draw per element (int16's random_ range), in x's memory
+        # layout (empty_like keeps it), so the products read both densely.
+        bits = torch.empty_like(x, dtype=torch.int16).random_()
+        # A bool mask: autograd keeps 1 byte an element for backward (the
+        # float mask of nn.Dropout's CPU path takes x's element size), and
+        # kept elements are x * scale, bit for bit as with a float mask.
+        keep = torch.ge(bits, threshold)
+        return x.mul(_LEVELS / (_LEVELS - threshold)).mul(keep)

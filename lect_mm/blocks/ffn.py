@@ -7,25 +7,15 @@ from typing import Callable, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 from .dropout import FastDropout
-from .functional import is_compiling
+from .recompute import recompute, recompute_active, recomputable_bn
 
-
-def _recomputable_bn(bn: nn.Module, x: torch.Tensor,
-                     recomputing: bool) -> torch.Tensor:
-    """``bn(x)``; when recomputing for backward, the same batch statistics
-    without a second update of the running statistics (momentum 0 keeps
-    them bit for bit, ``num_batches_tracked`` is not counted again)."""
-    if not recomputing or type(bn) is not nn.BatchNorm2d:
-        return bn(x)
-    return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight,
-                        bn.bias, True, 0., bn.eps)
+_recomputable_bn = recomputable_bn  # the former private name
 
 
 def recompute_elementwise(fn: Callable[[torch.Tensor, bool], torch.Tensor],
@@ -33,17 +23,14 @@ def recompute_elementwise(fn: Callable[[torch.Tensor, bool], torch.Tensor],
     """``fn(x, recomputing)`` whose intermediates are not kept for backward.
 
     Only ``x`` is saved; backward runs ``fn(x, True)`` again (with the
-    random state of the first call, so dropout masks repeat). Meant for
+    random state of the first call, so dropout masks repeat). ``fn`` may
+    read the parameters of the module it is a method of. Meant for
     cheap element-wise chains (norm, activation, dropout) between
     convolutions, whose outputs would otherwise each be saved.
     """
-    state = dict(calls=0)
-
-    def run(inp):
-        state['calls'] += 1
-        return fn(inp, state['calls'] > 1)
-
-    return torch.utils.checkpoint.checkpoint(run, x, use_reentrant=False)
+    owner = getattr(fn, '__self__', None)
+    params = owner.parameters() if isinstance(owner, nn.Module) else ()
+    return recompute(fn, x, params=params)
 
 
 @MODELS.register_module()
@@ -71,8 +58,8 @@ class LeFFN(BaseModule):
             ``dict(type='GELU')``.
         recompute (bool): In training, keep only the convolutions' inputs
             and outputs for backward and recompute the norms, activations
-            and dropouts between them (same values and gradients, about
-            half the LeFFN's activation memory). Defaults to True.
+            and dropout between conv1 and conv3 (same values and gradients,
+            about half the LeFFN's activation memory). Defaults to True.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -123,10 +110,11 @@ class LeFFN(BaseModule):
             raise ValueError(f'hw_shape {tuple(hw_shape)} does not match the '
                              f'{x.shape[1]} tokens of x {tuple(x.shape)}.')
         x = rearrange(x, 'b (h w) c -> b c h w', h=H, w=W)
-        if (self.recompute and self.training and torch.is_grad_enabled()
-                and not is_compiling()):
+        if recompute_active(self):
             x = recompute_elementwise(self._hidden, self.conv1(x))
-            x = recompute_elementwise(self._output, self.conv3(x))
+            # bn3 keeps conv3's output, which recomputing would keep too;
+            # the dropout keeps a bool mask: nothing to gain from a rerun.
+            x = self._output(self.conv3(x), False)
         else:
             x = self.act(self.bn1(self.conv1(x)))
             x = self.drop(self.act(self.bn2(self.conv2(x))))

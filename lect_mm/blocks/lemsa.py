@@ -13,7 +13,9 @@ from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
 
 from mmpretrain.registry import MODELS
-from .pooled_attention import PooledKeyAttention, check_hw_shape
+from .pooled_attention import (PooledKeyAttention, check_hw_shape,
+                               resolve_impl_for)
+from .recompute import recompute, recompute_active, recomputable_bn
 from .utils import check_choice
 
 QKV_MODES = ('sequential', 'parallel')
@@ -31,6 +33,15 @@ def _conv_bn(channels: int, kernel_size: int, bias: bool,
             groups=channels,
             bias=bias),
         build_norm_layer(norm_cfg, channels)[1])
+
+
+def _conv_norm(conv_bn: nn.Sequential, x: torch.Tensor,
+               recomputing: bool) -> torch.Tensor:
+    """``conv_bn(x)``; when recomputing, without a second update of the
+    norm's running statistics."""
+    if not recomputing:
+        return conv_bn(x)
+    return recomputable_bn(conv_bn[1], conv_bn[0](x), True)
 
 
 @MODELS.register_module()
@@ -116,13 +127,26 @@ class LeMSA(PooledKeyAttention):
         H, W = check_hw_shape(x, hw_shape)
         v = self.proj_v(x)
         v_map = rearrange(v, 'b (h w) c -> b c h w', h=H, w=W)
-        a = self.conv1(v_map)
-        b = self.conv2(
-            self.act(a) if self.qkv_mode == 'sequential' else v_map)
-        out = self.attend(self.pool(a), self.pool(b), v, (H, W))
-        if self.conv_skip:
-            out = out + self.act(b)
+        if recompute_active(self):
+            q_map, k_map, skip = recompute(
+                self._local, v_map, params=self.parameters())
+        else:
+            q_map, k_map, skip = self._local(v_map, False)
+        out = self.attend(q_map, k_map, v, (H, W))
+        if skip is not None:
+            out = out + skip
         return self.project(rearrange(out, 'b c h w -> b (h w) c'))
+
+    def _local(self, v_map: torch.Tensor, recomputing: bool):
+        """The depthwise branches: pooled queries and keys and the skip
+        (None without ``conv_skip``)."""
+        a = _conv_norm(self.conv1, v_map, recomputing)
+        b = _conv_norm(
+            self.conv2,
+            self.act(a) if self.qkv_mode == 'sequential' else v_map,
+            recomputing)
+        return (self.pool(a), self.pool(b),
+                self.act(b) if self.conv_skip else None)
 
     def extra_repr(self) -> str:
         return (f'{super().extra_repr()}, conv_skip={self.conv_skip}, '
@@ -223,19 +247,27 @@ class LeMSAv2(PooledKeyAttention):
             build_norm_layer(norm_cfg, h_dim)[1])
         self.act = build_activation_layer(act_cfg)
         self._build_output(query_upsampler, l_dim)
+        # Channel order of the per-head [avg, max] maps in the concatenated
+        # [avg, max] map (a non-persistent buffer: not in the state dict).
+        d = l_dim // num_heads
+        order = torch.arange(2 * l_dim).view(2, num_heads, d)
+        self.register_buffer(
+            'head_order', order.transpose(0, 1).flatten(), persistent=False)
 
-    def _pooled_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, l, H, W) -> per-head [avg, max] map (B, m * 2l/m, h', w'),
-        channels_last so that the resized keys split into heads without a
-        copy."""
-        avg = rearrange(self.pool(x, 'avg'), 'b (m d) h w -> b m d h w',
-                        m=self.num_heads)
-        mx = rearrange(self.pool(x, 'max'), 'b (m d) h w -> b m d h w',
-                       m=self.num_heads)
-        return rearrange(
-            torch.cat([avg, mx], dim=2),
-            'b m d h w -> b (m d) h w').contiguous(
-                memory_format=torch.channels_last)
+    def _pooled_heads(self, x: torch.Tensor,
+                      channels_last: bool = True) -> torch.Tensor:
+        """(B, l, H, W) -> per-head [avg, max] map (B, m * 2l/m, h', w').
+
+        ``channels_last`` for the fused path, so that the resized keys
+        split into heads without a copy; contiguous for the literal path,
+        whose head matmuls then take the heads without a copy.
+        """
+        # One concatenation and one gather: fewer ops, and gradients without
+        # the copies of per-head views.
+        heads = torch.cat([self.pool(x, 'avg'), self.pool(x, 'max')],
+                          1).index_select(1, self.head_order)
+        return heads.contiguous(memory_format=torch.channels_last
+                                if channels_last else torch.contiguous_format)
 
     def forward(self, x: torch.Tensor,
                 hw_shape: Tuple[int, int]) -> torch.Tensor:
@@ -244,13 +276,33 @@ class LeMSAv2(PooledKeyAttention):
         src = x[..., self.h_dim:] if self.low_from_input else \
             x[..., :self.h_dim]
         v = self.proj_v(src)
-        a = self.conv1(rearrange(v, 'b (h w) c -> b c h w', h=H, w=W))
-        b = self.conv2(self.act(a))
-        high = self.act(self.conv3(b))
-        low = self.attend(self._pooled_heads(a), self._pooled_heads(b), v,
-                          (H, W))
-        return self.project(rearrange(high, 'b c h w -> b (h w) c'),
-                            rearrange(low, 'b c h w -> b (h w) c'))
+        v_map = rearrange(v, 'b (h w) c -> b c h w', h=H, w=W)
+        literal = resolve_impl_for(
+            self.impl, v.device, v.dtype, v.requires_grad,
+            2 * self.l_dim // self.num_heads,
+            self.pooled_cells((H, W))) == 'literal'
+        if recompute_active(self):
+            q_map, k_map, high = recompute(
+                lambda v_map, recomputing: self._local(
+                    v_map, recomputing, not literal),
+                v_map, params=self.parameters())
+        else:
+            q_map, k_map, high = self._local(v_map, False, not literal)
+        low = self.attend(q_map, k_map, v, (H, W))
+        # One concatenated map (both are channels_last) and one projection:
+        # fewer ops than projecting the parts with column blocks of proj.
+        return self.project(
+            rearrange(torch.cat([high, low], 1), 'b c h w -> b (h w) c'))
+
+    def _local(self, v_map: torch.Tensor, recomputing: bool,
+               channels_last: bool = True):
+        """The convolutional branches: pooled query and key heads and the
+        high-frequency output."""
+        a = _conv_norm(self.conv1, v_map, recomputing)
+        b = _conv_norm(self.conv2, self.act(a), recomputing)
+        high = self.act(_conv_norm(self.conv3, b, recomputing))
+        return (self._pooled_heads(a, channels_last),
+                self._pooled_heads(b, channels_last), high)
 
     def extra_repr(self) -> str:
         return (f'{super().extra_repr()}, h_dim={self.h_dim}, '

@@ -10,13 +10,14 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from einops import rearrange
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 from .dropout import FastDropout
 from .functional import IMPLS, attend
-from .upsample import (MATMUL_RESIZE_MAX_CELLS, SVConvTransposeUpsampler,
+from .recompute import recompute, recompute_active
+from .upsample import (MATMUL_RESIZE_MAX_CELLS, ResizeDWConvUpsampler,
+                       ResizeUpsampler, SVConvTransposeUpsampler,
                        check_resize_mode, resize, resize_grid_axis)
 from .utils import check_choice
 
@@ -50,16 +51,25 @@ def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
     Returns:
         str: ``'fused'`` or ``'literal'``.
     """
+    recording = q.requires_grad or k_map.requires_grad
+    return resolve_impl_for(impl, q.device, q.dtype, recording, q.shape[-1],
+                            k_map.shape[-2] * k_map.shape[-1])
+
+
+def resolve_impl_for(impl: str, device: torch.device, dtype: torch.dtype,
+                     requires_grad: bool, d_qk: int, cells: int) -> str:
+    """:func:`resolve_impl` from the queries' device, dtype and width
+    ``d_qk``, the pooled grid's ``cells`` and whether the inputs require
+    gradients (before the pooled maps exist, to pick their layout)."""
     if impl != 'auto':
         return impl
-    if q.device.type != 'cpu':
+    if device.type != 'cpu':
         return 'fused'
-    cells = k_map.shape[-2] * k_map.shape[-1]
-    if q.dtype in (torch.bfloat16, torch.float16):
+    if dtype in (torch.bfloat16, torch.float16):
         return 'literal' if cells <= MATMUL_RESIZE_MAX_CELLS else 'fused'
     recording = (not torch.jit.is_tracing() and torch.is_grad_enabled()
-                 and (q.requires_grad or k_map.requires_grad))
-    return 'literal' if recording and 2 * cells < q.shape[-1] else 'fused'
+                 and requires_grad)
+    return 'literal' if recording and 2 * cells < d_qk else 'fused'
 
 
 def check_hw_shape(x: torch.Tensor,
@@ -87,16 +97,28 @@ def pool_map(x: torch.Tensor, sr_ratio: Optional[int],
     return fn(x, sr_ratio, sr_ratio, ceil_mode=True)
 
 
+def map_to_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Split a head-major ``(B, m*d, h, w)`` map into heads ``(B, m, h*w, d)``
+    (channel ``c`` is head ``c // d``): two views for the channels_last and
+    the contiguous maps of the layer."""
+    B, C, h, w = x.shape
+    return x.reshape(B, num_heads, C // num_heads, h * w).transpose(-2, -1)
+
+
 def heads_to_map(x: torch.Tensor, h: int) -> torch.Tensor:
     """Re-assemble heads ``(B, m, h*w, d)`` into a ``(B, m*d, h, w)`` map.
 
     Channel ``c`` is head ``c // d``. The map is a ``channels_last`` view of
     ``(B, h*w, m*d)`` tokens, the layout of every other map in the layer, so
     the query upsampler, its norm and the skip addition need no layout
-    conversion.
+    conversion. Heads laid out as such tokens (SDPA's output) take two
+    views, others one copy.
     """
-    tokens = rearrange(x, 'b m n d -> b n (m d)')
-    return rearrange(tokens, 'b (h w) c -> b c h w', h=h)
+    B, m, n, d = x.shape
+    if x.stride() == (n * m * d, d, m * d, 1):  # (B, n, m, d) tokens
+        return x.transpose(-2, -1).reshape(B, m * d, h, n // h)
+    tokens = x.transpose(1, 2).reshape(B, h, n // h, m * d)
+    return tokens.permute(0, 3, 1, 2)
 
 
 def pooled_key_attention(q: torch.Tensor,
@@ -128,16 +150,29 @@ def pooled_key_attention(q: torch.Tensor,
     """
     num_heads = q.shape[1]
     if resolve_impl(impl, q, k_map) == 'literal':
+        B, _, Nq, dq = q.shape
         h, w = k_map.shape[-2:]
-        k = rearrange(k_map, 'b (m d) h w -> b m (h w) d', m=num_heads)
+        if torch.jit.is_tracing():
+            # FLOP counters see the architecture's two head matmuls.
+            k = map_to_heads(k_map, num_heads)
+            logits = resize_grid_axis((q * scale) @ k.transpose(-2, -1),
+                                      (h, w), hw_shape, mode)
+            attn = logits.softmax(dim=-1)
+            return dropout(attn) @ v, attn.detach() if need_map else None
+        # Heads folded into the batch of 3-D matmuls: the pooled maps are
+        # contiguous on this path, so q and k fold without copies.
         # Scaling q before the (linear) resize costs Nq x d, not Nq x N.
-        logits = resize_grid_axis((q * scale) @ k.transpose(-2, -1), (h, w),
-                                  hw_shape, mode)
+        logits = torch.bmm((q * scale).reshape(B * num_heads, Nq, dq),
+                           k_map.reshape(B * num_heads, dq, h * w))
+        logits = resize_grid_axis(logits, (h, w), hw_shape, mode)
         attn = logits.softmax(dim=-1)
-        return dropout(attn) @ v, attn.detach() if need_map else None
-    k_up = rearrange(
-        resize(k_map, hw_shape, mode), 'b (m d) h w -> b m (h w) d',
-        m=num_heads)
+        out = torch.bmm(dropout(attn), v.reshape(B * num_heads, -1,
+                                                 v.shape[-1]))
+        attn_map = None
+        if need_map:
+            attn_map = attn.detach().view(B, num_heads, Nq, -1)
+        return out.view(B, num_heads, Nq, -1), attn_map
+    k_up = map_to_heads(resize(k_map, hw_shape, mode), num_heads)
     return attend(q, k_up, v, scale,
                   dropout.p if dropout.training else 0., 'fused',
                   need_map=need_map)
@@ -200,7 +235,18 @@ class PooledKeyAttention(BaseModule):
             (logit map resized along the key axis) or ``'auto'``
             (:func:`resolve_impl`). All three compute the same function.
         init_cfg (dict, optional): Initialization config. Defaults to None.
+
+    In training, :meth:`attend` keeps only its pooled queries and keys and
+    the values for backward and recomputes the resized keys, the attention
+    and the query upsampler there (same values and gradients); a subclass
+    recomputes its own cheap layers likewise. ``recompute = False`` keeps
+    every intermediate instead.
     """
+
+    #: Query upsamplers :meth:`attend` may run again in backward (their
+    #: BatchNorm, if any, is not updated twice).
+    RECOMPUTABLE_UPSAMPLERS = (ResizeUpsampler, ResizeDWConvUpsampler,
+                               SVConvTransposeUpsampler)
 
     def __init__(self,
                  embed_dims: int,
@@ -223,6 +269,7 @@ class PooledKeyAttention(BaseModule):
         self.proj_drop = FastDropout(proj_drop)
         self.return_attn_map = False
         self.attn_map = None
+        self.recompute = True
 
     def _build_output(self, query_upsampler: dict, channels: int):
         """Build the query upsampler (on the attention's ``channels``) and
@@ -245,6 +292,13 @@ class PooledKeyAttention(BaseModule):
             cfg, default_args=dict(channels=channels))
         self.proj = nn.Linear(self.embed_dims, self.embed_dims)
 
+    def pooled_cells(self, hw_shape: Tuple[int, int]) -> int:
+        """Cells of the pooled grid of an ``hw_shape`` map."""
+        if self.pool_size is not None:
+            return self.pool_size[0] * self.pool_size[1]
+        K = self.sr_ratio
+        return -(-hw_shape[0] // K) * -(-hw_shape[1] // K)
+
     def pool(self, x: torch.Tensor, op: str = 'avg') -> torch.Tensor:
         """Pool a ``(B, c, H, W)`` map to the query/key grid
         (:func:`pool_map`)."""
@@ -264,15 +318,33 @@ class PooledKeyAttention(BaseModule):
             torch.Tensor: The query-upsampled output ``(B, m * dv, H, W)``,
             a channels_last view of tokens.
         """
-        q = rearrange(q_map, 'b (m d) h w -> b m (h w) d', m=self.num_heads)
-        v = rearrange(v, 'b n (m d) -> b m n d', m=self.num_heads)
+        q = map_to_heads(q_map, self.num_heads)
+        v = v.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+        # Resolved here: a recomputing run records autograd only in backward.
+        impl = resolve_impl(self.impl, q, k_map)
+        h = q_map.shape[-2]
+        if (recompute_active(self) and not self.return_attn_map
+                and type(self.query_upsampler) in
+                self.RECOMPUTABLE_UPSAMPLERS):
+            return recompute(
+                lambda q, k, val, recomputing: self._attend(
+                    q, k, val, h, hw_shape, impl, recomputing),
+                q, k_map, v, params=self.parameters())
+        return self._attend(q, k_map, v, h, hw_shape, impl, False)
+
+    def _attend(self, q: torch.Tensor, k_map: torch.Tensor, v: torch.Tensor,
+                h: int, hw_shape: Tuple[int, int], impl: str,
+                recomputing: bool) -> torch.Tensor:
         out, attn_map = pooled_key_attention(
             q, k_map, v, hw_shape, self.key_upsample, self.scale,
-            self.attn_drop, self.impl, self.return_attn_map)
+            self.attn_drop, impl, self.return_attn_map)
         if self.return_attn_map:
             self.attn_map = attn_map
-        return self.query_upsampler(
-            heads_to_map(out, q_map.shape[-2]), hw_shape)
+        out = heads_to_map(out, h)
+        if recomputing and isinstance(self.query_upsampler,
+                                      ResizeDWConvUpsampler):
+            return self.query_upsampler(out, hw_shape, recomputing=True)
+        return self.query_upsampler(out, hw_shape)
 
     def project(self, *parts: torch.Tensor) -> torch.Tensor:
         """``proj_drop(proj(concat(parts)))`` over the channel axis.

@@ -32,6 +32,7 @@ from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
 from .functional import is_compiling
+from .recompute import recomputable_bn
 from .utils import to_pair
 
 RESIZE_MODES = ('nearest', 'bilinear', 'bicubic')
@@ -136,7 +137,10 @@ def resize(x: torch.Tensor, size: Tuple[int, int], mode: str) -> torch.Tensor:
             and (h, w) != size):
         matrix = interpolation_matrix((h, w), size, mode, x.device, x.dtype)
         tokens = rearrange(x, 'b c h w -> b (h w) c')
-        out = torch.matmul(matrix.t(), tokens)  # (B, H*W, C)
+        # One bmm with the matrix broadcast over the batch (fewer ops than
+        # a broadcasting matmul).
+        out = torch.bmm(matrix.t().expand(x.shape[0], -1, -1),
+                        tokens)  # (B, H*W, C)
         return rearrange(out, 'b (h w) c -> b c h w', h=size[0])
     return _interpolate(x, size, mode)
 
@@ -234,10 +238,18 @@ class ResizeDWConvUpsampler(BaseModule):
             bias=False)
         self.norm = build_norm_layer(norm_cfg, channels)[1]
 
-    def forward(self, x: torch.Tensor,
-                out_size: Tuple[int, int]) -> torch.Tensor:
-        """Upsample ``x`` (B, C, h', w') to (B, C, *out_size)."""
-        return self.norm(self.conv(resize(x, out_size, self.mode)))
+    def forward(self,
+                x: torch.Tensor,
+                out_size: Tuple[int, int],
+                recomputing: bool = False) -> torch.Tensor:
+        """Upsample ``x`` (B, C, h', w') to (B, C, *out_size).
+
+        ``recomputing=True`` (a second run for backward) leaves the norm's
+        running statistics alone (:func:`~lect_mm.blocks.recompute.
+        recomputable_bn`).
+        """
+        x = self.conv(resize(x, out_size, self.mode))
+        return recomputable_bn(self.norm, x, recomputing)
 
 
 @MODELS.register_module()

@@ -46,10 +46,10 @@ def test_saved_bytes_grow_with_the_batch():
 # a 2 % margin, so that a change that makes LeCT save more for backward or
 # dispatch more ops fails here; lower them when the footprint shrinks.
 PINNED = {
-    'configs/baselines/resnet_cifar10.py': (15_168_720, 404),
-    'configs/lect/lect_v1_cifar10.py': (55_464_684, 1580),
-    'configs/lect/lect_v2_cifar10.py': (50_689_012, 2153),
-    'configs/lect/lect_v3_cifar10.py': (51_595_352, 1650),
+    'configs/baselines/resnet_cifar10.py': (15_168_720, 339),
+    'configs/lect/lect_v1_cifar10.py': (37_243_604, 1217),
+    'configs/lect/lect_v2_cifar10.py': (36_217_876, 1639),
+    'configs/lect/lect_v3_cifar10.py': (37_494_032, 1307),
 }
 
 

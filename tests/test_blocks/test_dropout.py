@@ -27,8 +27,8 @@ def test_drop_rate_and_unbiased_scale():
 
 
 def test_neighbouring_draws_are_independent():
-    # Each int32 draw feeds two neighbouring elements: their masks must
-    # still be independent (P(both dropped) = p**2, P(one) = p).
+    # Neighbouring elements' masks must be independent (P(both dropped) =
+    # p**2, P(one) = p).
     torch.manual_seed(1)
     drop = (FastDropout(0.3)(torch.ones(1_000_000)) == 0).view(-1, 2).float()
     assert drop[:, 0].mean().item() == pytest.approx(0.3, abs=3e-3)

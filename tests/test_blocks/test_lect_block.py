@@ -144,3 +144,19 @@ def test_drop_path():
     y0 = blk(x, (8, 8))
     torch.manual_seed(1)
     assert not torch.allclose(y0, blk(x, (8, 8)))
+
+
+def test_drop_path_residual_matches_mmcv():
+    """The fused residual draws the masks of mmcv's DropPath and gives its
+    values up to rounding (y * (m / keep) instead of y / keep * m)."""
+    import copy
+    blk = LeCTBlock(16, LECT_ATTN, LECT_FFN, drop_path_rate=0.5).train()
+    plain = copy.deepcopy(blk)
+    plain._residual = lambda a, b: a + plain.drop_path(b)
+    x = torch.randn(8, 64, 16)
+    torch.manual_seed(0)
+    y = blk(x, (8, 8))
+    torch.manual_seed(0)
+    torch.testing.assert_close(y, plain(x, (8, 8)))
+    # some samples are dropped, some kept
+    assert not torch.equal(y, blk(x, (8, 8)))

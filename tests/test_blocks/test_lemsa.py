@@ -562,3 +562,50 @@ def test_project_checks_the_parts_cover_proj():
     with pytest.raises(ValueError, match='parts hold 8 channels; proj takes '
                        '16'):
         layer.project(high, high)
+
+
+@pytest.mark.parametrize('cfg', [
+    dict(type='LeMSA', sr_ratio=4),
+    dict(type='LeMSA', sr_ratio=4, qkv_mode='parallel', conv_skip=False),
+    dict(type='LeMSA', sr_ratio=4, attn_drop=0.2,
+         query_upsampler=dict(type='SVConvTransposeUpsampler',
+                              in_size=4, scale_factor=4)),
+    dict(type='LeMSAv2', sr_ratio=4, h_ratio=0.5, impl='literal'),
+])
+def test_recompute_gives_the_same_step(cfg):
+    """recompute=True (default) keeps fewer tensors for backward but gives
+    the same outputs, gradients (backward and autograd.grad) and BatchNorm
+    statistics, dropouts included."""
+    import copy
+
+    from mmpretrain.registry import MODELS
+    torch.manual_seed(0)
+    fast = MODELS.build(dict(cfg, embed_dims=16, num_heads=2,
+                             proj_drop=0.1)).train()
+    plain = copy.deepcopy(fast)
+    for m in plain.modules():
+        if hasattr(m, 'recompute'):
+            m.recompute = False
+    x = torch.randn(2, 16 * 16, 16)
+    results = []
+    for m in (fast, plain):
+        inp = x.clone().requires_grad_()
+        torch.manual_seed(1)
+        out = m(inp, (16, 16))
+        params = [p for p in m.parameters()]
+        grads = torch.autograd.grad(out.square().sum(), [inp] + params,
+                                    allow_unused=True)
+        torch.manual_seed(1)
+        m(inp, (16, 16)).square().sum().backward()
+        results.append((out, grads, inp.grad, [p.grad for p in params],
+                        list(m.buffers())))
+    (out_a, grads_a, ig_a, pg_a, buf_a), (out_b, grads_b, ig_b, pg_b,
+                                          buf_b) = results
+    assert torch.equal(out_a, out_b)
+    for a, b in zip(list(grads_a) + [ig_a] + pg_a,
+                    list(grads_b) + [ig_b] + pg_b):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert torch.equal(a, b)
+    for a, b in zip(buf_a, buf_b):
+        assert torch.equal(a, b)

@@ -1,0 +1,127 @@
+"""Recomputation of cheap layer chains in backward (activation memory).
+
+The blocks run chains of norms, activations, dropouts, pools, resizes and
+depthwise convolutions whose every intermediate autograd would keep for
+backward. :func:`recompute` keeps only the chain's inputs and runs it again
+in backward (:class:`_Recompute`), with the same random state
+and, through :func:`recomputable_bn`, without updating BatchNorm's running
+statistics a second time: values and gradients are bit for bit those of
+the plain chain.
+"""
+import contextlib
+from typing import Any, Callable, Iterable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from .functional import is_compiling
+
+
+def recomputable_bn(bn: nn.Module, x: torch.Tensor,
+                    recomputing: bool) -> torch.Tensor:
+    """``bn(x)``; when recomputing for backward, the same batch statistics
+    without a second update of the running statistics (momentum 0 keeps
+    them bit for bit, ``num_batches_tracked`` is not counted again)."""
+    if not recomputing or type(bn) is not nn.BatchNorm2d or not bn.training:
+        return bn(x)
+    return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight,
+                        bn.bias, True, 0., bn.eps)
+
+
+def recompute_active(module: nn.Module) -> bool:
+    """Whether ``module`` (with a ``recompute`` switch) recomputes now: in
+    training, with autograd recording, and not under ``torch.compile``
+    (Inductor decides what to keep itself)."""
+    if not (getattr(module, 'recompute', False) and module.training
+            and torch.is_grad_enabled() and not is_compiling()):
+        return False
+    # A norm with other state (SyncBatchNorm, ...) would update it twice.
+    return all(
+        type(m) is nn.BatchNorm2d or not isinstance(m, _BatchNorm)
+        for m in module.modules())
+
+
+class _Recompute(torch.autograd.Function):
+    """Runs ``fn`` without recording it; backward runs it again, recording,
+    and differentiates that run.
+
+    The parameters ``fn`` reads are inputs of the node, so their gradients
+    flow out of it as any other (``torch.autograd.grad``, DDP's hooks and
+    frozen parameters work as without recomputation). Unlike torch's
+    non-reentrant checkpoint, the forward installs no saved-tensor hooks,
+    which would make autograd dispatch a ``detach`` for each tensor saved
+    inside.
+    """
+
+    @staticmethod
+    def forward(ctx, fn, num_inputs, *args):
+        ctx.fn, ctx.num_inputs = fn, num_inputs
+        ctx.rng_state = torch.get_rng_state()
+        devices = sorted({
+            a.device.index for a in args[:num_inputs]
+            if a.device.type == 'cuda'
+        })
+        ctx.cuda_states = [(d, torch.cuda.get_rng_state(d)) for d in devices]
+        ctx.autocast = {
+            device: (torch.is_autocast_enabled(device),
+                     torch.get_autocast_dtype(device))
+            for device in {a.device.type for a in args[:num_inputs]}
+        }
+        ctx.save_for_backward(*args)
+        out = fn(*args[:num_inputs], False)
+        ctx.is_tuple = isinstance(out, tuple)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        args = ctx.saved_tensors
+        num_inputs = ctx.num_inputs
+        inputs = [
+            a.detach().requires_grad_(a.requires_grad)
+            for a in args[:num_inputs]
+        ]
+        with torch.random.fork_rng(
+                devices=[d for d, _ in ctx.cuda_states]):
+            torch.set_rng_state(ctx.rng_state)
+            for device, state in ctx.cuda_states:
+                torch.cuda.set_rng_state(state, device)
+            with torch.enable_grad(), contextlib.ExitStack() as stack:
+                for device, (enabled, dtype) in ctx.autocast.items():
+                    stack.enter_context(
+                        torch.autocast(device, dtype, enabled=enabled))
+                outs = ctx.fn(*inputs, True)
+        outs = outs if ctx.is_tuple else (outs, )
+        pairs = [(o, g) for o, g in zip(outs, grads)
+                 if g is not None and o is not None and o.requires_grad]
+        wrt = [(i, a) for i, a in enumerate(inputs + list(args[num_inputs:]))
+               if a.requires_grad]
+        result = [None] * len(args)
+        if pairs and wrt:
+            found = torch.autograd.grad([o for o, _ in pairs],
+                                        [a for _, a in wrt],
+                                        [g for _, g in pairs],
+                                        allow_unused=True)
+            for (i, _), g in zip(wrt, found):
+                result[i] = g
+        return (None, None, *result)
+
+
+def recompute(fn: Callable[..., Any],
+              *inputs: torch.Tensor,
+              params: Iterable[torch.Tensor] = ()) -> Any:
+    """``fn(*inputs, recomputing)`` whose intermediates are not kept for
+    backward.
+
+    Only ``inputs`` are kept; backward runs ``fn(*inputs, True)`` again
+    (with the random and autocast state of the first call, so dropout masks
+    repeat) and differentiates it. ``params`` are the parameters ``fn``
+    reads (more do no harm): their gradients come out of this step. ``fn``
+    returns a tensor or a tuple of tensors (None allowed). Double backward
+    is not supported (it raises).
+    """
+    params = [p for p in params if p.requires_grad]
+    return _Recompute.apply(fn, len(inputs), *inputs, *params)

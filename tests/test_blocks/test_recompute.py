@@ -1,0 +1,58 @@
+"""lect_mm.blocks.recompute: the recomputation the blocks use in training."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+
+from lect_mm.blocks import LeFFN, LeMSA
+from lect_mm.blocks.recompute import recompute, recompute_active
+
+
+def test_same_gradients_and_double_backward_raises():
+    conv = nn.Conv2d(4, 4, 3, padding=1)
+    x = torch.randn(2, 4, 8, 8, requires_grad=True)
+
+    def fn(inp, recomputing):
+        return torch.nn.functional.gelu(conv(inp)).sin()
+
+    out = recompute(fn, x, params=conv.parameters())
+    grads = torch.autograd.grad(out.sum(), [x, conv.weight, conv.bias])
+    ref = torch.autograd.grad(fn(x, False).sum(),
+                              [x, conv.weight, conv.bias])
+    for a, b in zip(grads, ref):
+        assert torch.equal(a, b)
+    out = recompute(fn, x, params=conv.parameters())
+    (gx, ) = torch.autograd.grad(out.sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError):
+        gx.sum().backward()
+
+
+def test_norm_eval_keeps_running_statistics():
+    # BN in eval mode inside a training LeFFN (norm_eval): both runs use
+    # the running statistics, as without recomputation.
+    torch.manual_seed(0)
+    fast = LeFFN(8, 2).train()
+    for m in fast.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.eval()
+            m.running_mean.uniform_()
+    plain = copy.deepcopy(fast)
+    plain.recompute = False
+    x = torch.randn(2, 16, 8)
+    grads = []
+    for m in (fast, plain):
+        inp = x.clone().requires_grad_()
+        m(inp, (4, 4)).square().sum().backward()
+        grads.append(inp.grad)
+    torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
+
+
+def test_not_with_other_batch_norms():
+    layer = LeMSA(8, 2, sr_ratio=2).train()
+    with torch.enable_grad():
+        assert recompute_active(layer)
+        layer.conv1[1] = nn.SyncBatchNorm(8)
+        assert not recompute_active(layer)
+        layer.recompute = False
+        assert not recompute_active(layer)

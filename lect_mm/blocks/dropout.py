@@ -32,8 +32,10 @@ class FastDropout(nn.Dropout):
     compare, two products).
     For backward it keeps the mask as a bool tensor (1 byte an element;
     ``nn.Dropout``'s CPU path keeps a scaled mask in ``x``'s dtype).
-    lect_mm's blocks use it for all their dropouts (the report's drop rate
-    0.1 on the LeMSA and LeFFN outputs, LeCT report §3.4 and Appendix).
+    LeCT's blocks (LeMSA, LeMSAv2, LeFFN), MultiheadSelfAttention, ViTAE's
+    attention and AlterNet's attention use it (the report's drop rate 0.1
+    on the LeMSA and LeFFN outputs, LeCT report §3.4 and Appendix); the
+    MLPs built on mmcv's ``FFN`` (CCT, CeiT, ViTAE) keep ``nn.Dropout``.
 
     Off the CPU, in eval mode, for ``p == 0``, for inputs of fewer than
     2**15 elements and under ``torch.compile`` it is ``F.dropout`` itself

@@ -1,4 +1,4 @@
-"""LeFFN: locally-enhanced feed-forward network (LeCT report §3.4, SPEC §4).
+"""LeFFN: locally-enhanced feed-forward network (LeCT report §3.4).
 
 CeiT's LeFF without the class-token split; token-block interface
 ``forward(x, hw_shape)``.

@@ -88,6 +88,10 @@ class LeMSA(PooledKeyAttention):
             Defaults to 'auto'.
         norm_cfg (dict): Norm of the convs. Defaults to ``dict(type='BN')``.
         act_cfg (dict): Activation. Defaults to ``dict(type='GELU')``.
+        recompute (bool): Recompute the depthwise branches and the
+            attention in backward instead of keeping their intermediates
+            (:class:`~lect_mm.blocks.pooled_attention.PooledKeyAttention`).
+            Defaults to True.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -107,12 +111,14 @@ class LeMSA(PooledKeyAttention):
                  impl: str = 'auto',
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
+                 recompute: bool = True,
                  init_cfg=None):
         if embed_dims % num_heads != 0:
             raise ValueError(f'embed_dims ({embed_dims}) must be divisible '
                              f'by num_heads ({num_heads}).')
         super().__init__(embed_dims, num_heads, sr_ratio, pool_size,
-                         key_upsample, attn_drop, proj_drop, impl, init_cfg)
+                         key_upsample, attn_drop, proj_drop, impl,
+                         recompute=recompute, init_cfg=init_cfg)
         self.qkv_mode = check_choice(qkv_mode, QKV_MODES, 'qkv_mode')
         self.conv_skip = conv_skip
         self.proj_v = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
@@ -202,6 +208,7 @@ class LeMSAv2(PooledKeyAttention):
         act_cfg (dict): Activation. Defaults to ``dict(type='GELU')``.
         pool_size (int | tuple[int, int], optional): Fixed pooled grid
             instead of ``sr_ratio``. Defaults to None.
+        recompute (bool): As :class:`LeMSA`'s. Defaults to True.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -222,6 +229,7 @@ class LeMSAv2(PooledKeyAttention):
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
                  pool_size: Optional[Union[int, Sequence[int]]] = None,
+                 recompute: bool = True,
                  init_cfg=None):
         h_dim = int(embed_dims * h_ratio)
         l_dim = embed_dims - h_dim
@@ -235,7 +243,8 @@ class LeMSAv2(PooledKeyAttention):
                 f'{l_dim} (embed_dims {embed_dims}, h_ratio {h_ratio}) '
                 f'must be divisible by num_heads ({num_heads}).')
         super().__init__(embed_dims, num_heads, sr_ratio, pool_size,
-                         key_upsample, attn_drop, proj_drop, impl, init_cfg)
+                         key_upsample, attn_drop, proj_drop, impl,
+                         recompute=recompute, init_cfg=init_cfg)
         self.h_dim, self.l_dim = h_dim, l_dim
         self.low_from_input = low_from_input
         self.proj_v = nn.Linear(

@@ -234,13 +234,13 @@ class PooledKeyAttention(BaseModule):
         impl (str): ``'fused'`` (SDPA on resized keys), ``'literal'``
             (logit map resized along the key axis) or ``'auto'``
             (:func:`resolve_impl`). All three compute the same function.
+        recompute (bool): In training, :meth:`attend` keeps only its pooled
+            queries and keys and the values for backward and recomputes the
+            resized keys, the attention and the query upsampler there (same
+            values and gradients); a subclass recomputes its own cheap
+            layers likewise. False keeps every intermediate (more memory,
+            fewer ops). Defaults to True.
         init_cfg (dict, optional): Initialization config. Defaults to None.
-
-    In training, :meth:`attend` keeps only its pooled queries and keys and
-    the values for backward and recomputes the resized keys, the attention
-    and the query upsampler there (same values and gradients); a subclass
-    recomputes its own cheap layers likewise. ``recompute = False`` keeps
-    every intermediate instead.
     """
 
     #: Query upsamplers :meth:`attend` may run again in backward (their
@@ -257,6 +257,7 @@ class PooledKeyAttention(BaseModule):
                  attn_drop: float,
                  proj_drop: float,
                  impl: str,
+                 recompute: bool = True,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self.sr_ratio, self.pool_size = _check_pooling(sr_ratio, pool_size)
@@ -269,7 +270,7 @@ class PooledKeyAttention(BaseModule):
         self.proj_drop = FastDropout(proj_drop)
         self.return_attn_map = False
         self.attn_map = None
-        self.recompute = True
+        self.recompute = recompute
 
     def _build_output(self, query_upsampler: dict, channels: int):
         """Build the query upsampler (on the attention's ``channels``) and

@@ -56,3 +56,35 @@ def test_not_with_other_batch_norms():
         assert not recompute_active(layer)
         layer.recompute = False
         assert not recompute_active(layer)
+
+
+@pytest.mark.parametrize('cfg', [
+    dict(type='LeMSA', embed_dims=16, num_heads=2, sr_ratio=2),
+    dict(type='LeMSAv2', embed_dims=16, num_heads=2, sr_ratio=2,
+         h_ratio=0.5),
+    dict(type='LeFFN', embed_dims=16, ffn_ratio=2),
+])
+def test_recompute_is_a_config_switch(cfg):
+    from mmpretrain.registry import MODELS
+
+    from lect_mm.analysis import training_footprint
+
+    class Tokens(nn.Module):
+        """(B, 16, 8, 8) map -> the block on its tokens -> logits."""
+
+        def __init__(self, block):
+            super().__init__()
+            self.block = block
+
+        def forward(self, x):
+            tokens = x.flatten(2).transpose(1, 2)
+            return self.block(tokens, (8, 8)).mean(1)
+
+    saved = {}
+    for flag in (True, False):
+        torch.manual_seed(0)
+        block = MODELS.build(dict(cfg, recompute=flag))
+        assert block.recompute is flag
+        saved[flag] = training_footprint(Tokens(block), (16, 8, 8),
+                                         batch_size=2)['saved_bytes']
+    assert saved[True] < saved[False]

@@ -1,0 +1,48 @@
+"""compile=True: LeCT's attention and FFN blocks of all three variants
+compile as one graph in training (no graph break), with the values and
+gradients of eager mode."""
+import pytest
+import torch
+
+from lect_mm.models.backbones import LeCT
+
+
+@pytest.mark.heavy
+def test_every_variants_blocks_compile_as_one_graph():
+    # One block per stage, each stage taking another variant's attention:
+    # v1's LeMSA (depthwise query upsampler), v2's LeMSAv2, v3's LeMSA
+    # (spatially-varying transposed-conv upsampler). One compilation
+    # covers the blocks of v1, v2 and v3 (Dynamo's tracing costs seconds).
+    attn_cfgs = [
+        LeCT.arch_zoo['v1']['attn_cfgs'][0],
+        LeCT.arch_zoo['v2']['attn_cfgs'][1],
+        LeCT.arch_zoo['v3']['attn_cfgs'][2],
+    ]
+    arch = dict(LeCT.arch_zoo['v1'], depths=[1, 1, 1], attn_cfgs=attn_cfgs)
+    torch.manual_seed(0)
+    # Without dropout: under compilation FastDropout is F.dropout, whose
+    # masks differ from its eager ones (tests/test_blocks/test_dropout.py
+    # compiles it on its own).
+    model = LeCT(arch=arch, img_size=64, out_indices=(0, 1, 2),
+                 drop_rate=0., drop_path_rate=0.).train()
+    types = [type(stage.blocks[0].attn).__name__ for stage in model.stages]
+    assert types == ['LeMSA', 'LeMSAv2', 'LeMSA']
+    x = torch.randn(2, 3, 64, 64)
+
+    def step(net):
+        inputs = x.clone().requires_grad_()
+        outs = net(inputs)
+        sum(out.square().mean() for out in outs).backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        return outs, inputs.grad, grads
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend='eager', fullgraph=True)
+    outs, x_grad, grads = step(compiled)  # fullgraph: a break raises
+    ref_outs, ref_x_grad, ref_grads = step(model)
+    for got, ref in zip(outs, ref_outs):
+        torch.testing.assert_close(got, ref)
+    torch.testing.assert_close(x_grad, ref_x_grad)
+    for got, ref in zip(grads, ref_grads):
+        torch.testing.assert_close(got, ref)

@@ -4,6 +4,7 @@ leaves no partial file under a checkpoint's name."""
 import os
 import signal
 import time
+import traceback
 
 import pytest
 import torch
@@ -113,6 +114,9 @@ def _train_in_a_child_and_kill_it(work_dir, timeout=300):
                 tiny_cfg(work_dir, 'kill_child', **FAST,
                          custom_hooks=[dict(type='KillDuringBestWriteHook')
                                        ])).train()
+        except BaseException:
+            with open(work_dir / 'child_error.txt', 'w') as f:
+                traceback.print_exc(file=f)
         finally:
             os._exit(1)  # never back into pytest
     deadline = time.monotonic() + timeout
@@ -130,7 +134,9 @@ def _train_in_a_child_and_kill_it(work_dir, timeout=300):
 @pytest.mark.heavy
 def test_kill_9_during_a_checkpoint_write(tmp_path):
     status = _train_in_a_child_and_kill_it(tmp_path)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    error = tmp_path / 'child_error.txt'
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, \
+        error.read_text() if error.exists() else status
     files = os.listdir(tmp_path)
     # Nothing partial under a checkpoint's name; the old best is intact.
     assert BEST.format(2) not in files

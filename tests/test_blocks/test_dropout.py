@@ -28,13 +28,21 @@ def test_drop_rate_and_unbiased_scale():
 
 def test_neighbouring_draws_are_independent():
     # Neighbouring elements' masks must be independent (P(both dropped) =
-    # p**2, P(one) = p).
+    # p**2, P(one) = p), the four of one 64-bit draw included.
     torch.manual_seed(1)
-    drop = (FastDropout(0.3)(torch.ones(1_000_000)) == 0).view(-1, 2).float()
-    assert drop[:, 0].mean().item() == pytest.approx(0.3, abs=3e-3)
-    assert drop[:, 1].mean().item() == pytest.approx(0.3, abs=3e-3)
-    both = (drop[:, 0] * drop[:, 1]).mean().item()
-    assert both == pytest.approx(0.09, abs=3e-3)
+    drop = (FastDropout(0.3)(torch.ones(1_000_000)) == 0).view(-1, 4).float()
+    for i in range(4):
+        assert drop[:, i].mean().item() == pytest.approx(0.3, abs=4e-3)
+        for j in range(i + 1, 4):
+            both = (drop[:, i] * drop[:, j]).mean().item()
+            assert both == pytest.approx(0.09, abs=3e-3), (i, j)
+    # ... and the 15-bit draws are uniform in each quarter of a word.
+    from lect_mm.blocks.dropout import _draw_15_bits
+    bits = _draw_15_bits(torch.empty(250_000, 4)).float()
+    assert bits.min() >= 0 and bits.max() < LEVELS
+    for i in range(4):
+        assert bits[:, i].mean().item() == pytest.approx(LEVELS / 2,
+                                                         rel=5e-3)
 
 
 @pytest.mark.parametrize('shape', [(40_001, ), (3, 5, 7, 400), (2, 4, 64, 64)])

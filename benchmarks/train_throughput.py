@@ -16,6 +16,7 @@ Examples::
 
     python benchmarks/train_throughput.py                    # all models
     python benchmarks/train_throughput.py --amp --channels-last --compile
+    python benchmarks/train_throughput.py --compile-speedup --models LeCT
     python benchmarks/train_throughput.py --models LeCT ResNet --iters 50
     python benchmarks/train_throughput.py --profile LeCT --amp   # top ops
     python benchmarks/train_throughput.py --quick                # smoke test
@@ -35,7 +36,7 @@ from common.models import (MODEL_CONFIGS, REFERENCE_MODEL, TrainStep,
                            build_classifier, compile_model, num_classes_of,
                            synthetic_samples)
 from common.report import Report, machine_header, markdown_table
-from common.timing import measure, synchronize
+from common.timing import measure, measure_interleaved, synchronize
 
 from lect_mm.analysis import count_params, training_footprint
 
@@ -56,6 +57,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--compile', action='store_true',
                         help='torch.compile the backbone and neck')
     parser.add_argument(
+        '--compile-speedup', action='store_true',
+        help='instead of the table, time each model eager and compiled in '
+        'turns (the same drift of the machine for both) and print the '
+        'speed-up')
+    parser.add_argument(
         '--profile',
         metavar='MODEL',
         default=None,
@@ -72,8 +78,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _prepare(config: str, args, device: torch.device):
-    """Model (train mode, on device), step, inputs and labels."""
+def _prepare(config: str, args, device: torch.device, compile=None):
+    """Model (train mode, on device), step, inputs and labels; compiled
+    when ``compile`` (default ``args.compile``)."""
+    compile = args.compile if compile is None else compile
     model = build_classifier(config).to(device).train()
     params = count_params(model)
     inputs = torch.randn(args.batch_size, 3, args.img_size, args.img_size,
@@ -81,7 +89,7 @@ def _prepare(config: str, args, device: torch.device):
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
         inputs = inputs.contiguous(memory_format=torch.channels_last)
-    if args.compile:
+    if compile:
         compile_model(model)
     samples = synthetic_samples(args.batch_size, num_classes_of(model),
                                 device)
@@ -179,6 +187,39 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
                f'kernel launch on a GPU); eager fp32, batch '
                f'{min(8, args.batch_size)}, ratio to {REFERENCE_MODEL} in '
                'parentheses.')
+    report.add()
+
+
+def compile_speedup_table(args, device: torch.device,
+                          report: Report) -> None:
+    """Each model's step eager and with its backbone and neck compiled,
+    timed in turns after the warm-up steps (compilation included)."""
+    rows = []
+    for name, config in resolve_models(args.models, args.quick).items():
+        print(f'[{name}] eager and compiled', file=sys.stderr, flush=True)
+        calls = []
+        for compiled in (False, True):
+            _, _, step, inputs, samples = _prepare(config, args, device,
+                                                   compile=compiled)
+            calls.append(functools.partial(step, inputs, samples))
+        eager, compiled = measure_interleaved(calls, device, args.warmup,
+                                              args.iters)
+        rows.append([name, eager.ms(), compiled.ms(),
+                     f'{eager.median / compiled.median:.2f}×'])
+        del calls
+        _release(device, True)
+    report.add(f'### Compiled training step ({_settings(args)})')
+    report.add()
+    report.add(markdown_table([
+        'Model', 'eager step ms, median [IQR]',
+        'compiled step ms, median [IQR]', 'speed-up'
+    ], rows))
+    report.add()
+    report.add('The full step of the throughput table, eager and with '
+               'torch.compile on the backbone and neck (default mode), '
+               f'timed in turns: {args.warmup} warm-up steps each '
+               f'(compilation included), then {args.iters} timed steps '
+               'each.')
     report.add()
 
 
@@ -285,6 +326,8 @@ def main(argv=None) -> Report:
     report.add(machine_header(device, 'Training throughput'))
     if args.profile:
         profile_model(args, device, report)
+    elif args.compile_speedup:
+        compile_speedup_table(args, device, report)
     else:
         throughput_table(args, device, report)
     report.save()

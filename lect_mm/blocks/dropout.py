@@ -89,5 +89,7 @@ class FastDropout(nn.Dropout):
         # A bool mask: autograd keeps 1 byte an element for backward (the
         # float mask of nn.Dropout's CPU path takes x's element size), and
         # kept elements are x * scale, bit for bit as with a float mask.
+        # where() selects with it directly (a product with a bool tensor
+        # converts it to x's dtype first, in forward and in backward).
         keep = torch.ge(bits, threshold)
-        return x.mul(_LEVELS / (_LEVELS - threshold)).mul(keep)
+        return torch.where(keep, x * (_LEVELS / (_LEVELS - threshold)), 0.)

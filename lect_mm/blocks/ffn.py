@@ -3,7 +3,7 @@
 CeiT's LeFF without the class-token split; token-block interface
 ``forward(x, hw_shape)``.
 """
-from typing import Callable, Tuple
+from typing import Tuple
 
 import torch
 import torch.nn as nn
@@ -13,24 +13,8 @@ from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 from .dropout import FastDropout
-from .recompute import recompute, recompute_active, recomputable_bn
-
-_recomputable_bn = recomputable_bn  # the former private name
-
-
-def recompute_elementwise(fn: Callable[[torch.Tensor, bool], torch.Tensor],
-                          x: torch.Tensor) -> torch.Tensor:
-    """``fn(x, recomputing)`` whose intermediates are not kept for backward.
-
-    Only ``x`` is saved; backward runs ``fn(x, True)`` again (with the
-    random state of the first call, so dropout masks repeat). ``fn`` may
-    read the parameters of the module it is a method of. Meant for
-    cheap element-wise chains (norm, activation, dropout) between
-    convolutions, whose outputs would otherwise each be saved.
-    """
-    owner = getattr(fn, '__self__', None)
-    params = owner.parameters() if isinstance(owner, nn.Module) else ()
-    return recompute(fn, x, params=params)
+from .recompute import recompute, recompute_active
+from .utils import check_hw_shape
 
 
 @MODELS.register_module()
@@ -105,26 +89,18 @@ class LeFFN(BaseModule):
         Returns:
             torch.Tensor: Tokens (B, N, C).
         """
-        H, W = hw_shape
-        if H * W != x.shape[1]:
-            raise ValueError(f'hw_shape {tuple(hw_shape)} does not match the '
-                             f'{x.shape[1]} tokens of x {tuple(x.shape)}.')
+        H, W = check_hw_shape(x, hw_shape)
         x = rearrange(x, 'b (h w) c -> b c h w', h=H, w=W)
         if recompute_active(self):
-            x = recompute_elementwise(self._hidden, self.conv1(x))
-            # bn3 keeps conv3's output, which recomputing would keep too;
-            # the dropout keeps a bool mask: nothing to gain from a rerun.
-            x = self._output(self.conv3(x), False)
+            # Only conv1's output is kept for the norms, activations and
+            # dropout up to conv3; bn3 keeps conv3's output, which a rerun
+            # would keep too.
+            x = recompute(self._hidden, self.conv1(x), module=self)
         else:
-            x = self.act(self.bn1(self.conv1(x)))
-            x = self.drop(self.act(self.bn2(self.conv2(x))))
-            x = self.drop(self.bn3(self.conv3(x)))
+            x = self._hidden(self.conv1(x))
+        x = self.drop(self.bn3(self.conv3(x)))
         return rearrange(x, 'b c h w -> b (h w) c')
 
-    def _hidden(self, x: torch.Tensor, recomputing: bool) -> torch.Tensor:
-        x = self.act(_recomputable_bn(self.bn1, x, recomputing))
-        x = self.conv2(x)
-        return self.drop(self.act(_recomputable_bn(self.bn2, x, recomputing)))
-
-    def _output(self, x: torch.Tensor, recomputing: bool) -> torch.Tensor:
-        return self.drop(_recomputable_bn(self.bn3, x, recomputing))
+    def _hidden(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv2(self.act(self.bn1(x)))
+        return self.drop(self.act(self.bn2(x)))

@@ -15,7 +15,7 @@ from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmpretrain.registry import MODELS
 from .pooled_attention import (PooledKeyAttention, check_hw_shape,
                                resolve_impl_for)
-from .recompute import recompute, recompute_active, recomputable_bn
+from .recompute import recompute, recompute_active
 from .utils import check_choice
 
 QKV_MODES = ('sequential', 'parallel')
@@ -33,15 +33,6 @@ def _conv_bn(channels: int, kernel_size: int, bias: bool,
             groups=channels,
             bias=bias),
         build_norm_layer(norm_cfg, channels)[1])
-
-
-def _conv_norm(conv_bn: nn.Sequential, x: torch.Tensor,
-               recomputing: bool) -> torch.Tensor:
-    """``conv_bn(x)``; when recomputing, without a second update of the
-    norm's running statistics."""
-    if not recomputing:
-        return conv_bn(x)
-    return recomputable_bn(conv_bn[1], conv_bn[0](x), True)
 
 
 @MODELS.register_module()
@@ -133,24 +124,22 @@ class LeMSA(PooledKeyAttention):
         H, W = check_hw_shape(x, hw_shape)
         v = self.proj_v(x)
         v_map = rearrange(v, 'b (h w) c -> b c h w', h=H, w=W)
-        if recompute_active(self):
-            q_map, k_map, skip = recompute(
-                self._local, v_map, params=self.parameters())
+        recompute_now = recompute_active(self)
+        if recompute_now:
+            q_map, k_map, skip = recompute(self._local, v_map, module=self)
         else:
-            q_map, k_map, skip = self._local(v_map, False)
-        out = self.attend(q_map, k_map, v, (H, W))
+            q_map, k_map, skip = self._local(v_map)
+        out = self.attend(q_map, k_map, v, (H, W), recompute_now)
         if skip is not None:
             out = out + skip
-        return self.project(rearrange(out, 'b c h w -> b (h w) c'))
+        return self.proj_drop(
+            self.proj(rearrange(out, 'b c h w -> b (h w) c')))
 
-    def _local(self, v_map: torch.Tensor, recomputing: bool):
+    def _local(self, v_map: torch.Tensor):
         """The depthwise branches: pooled queries and keys and the skip
         (None without ``conv_skip``)."""
-        a = _conv_norm(self.conv1, v_map, recomputing)
-        b = _conv_norm(
-            self.conv2,
-            self.act(a) if self.qkv_mode == 'sequential' else v_map,
-            recomputing)
+        a = self.conv1(v_map)
+        b = self.conv2(self.act(a) if self.qkv_mode == 'sequential' else v_map)
         return (self.pool(a), self.pool(b),
                 self.act(b) if self.conv_skip else None)
 
@@ -290,26 +279,24 @@ class LeMSAv2(PooledKeyAttention):
             self.impl, v.device, v.dtype, v.requires_grad,
             2 * self.l_dim // self.num_heads,
             self.pooled_cells((H, W))) == 'literal'
-        if recompute_active(self):
+        recompute_now = recompute_active(self)
+        if recompute_now:
             q_map, k_map, high = recompute(
-                lambda v_map, recomputing: self._local(
-                    v_map, recomputing, not literal),
-                v_map, params=self.parameters())
+                lambda v_map: self._local(v_map, not literal), v_map,
+                module=self)
         else:
-            q_map, k_map, high = self._local(v_map, False, not literal)
-        low = self.attend(q_map, k_map, v, (H, W))
-        # One concatenated map (both are channels_last) and one projection:
-        # fewer ops than projecting the parts with column blocks of proj.
-        return self.project(
-            rearrange(torch.cat([high, low], 1), 'b c h w -> b (h w) c'))
+            q_map, k_map, high = self._local(v_map, not literal)
+        low = self.attend(q_map, k_map, v, (H, W), recompute_now)
+        # One concatenated map (both are channels_last), one projection.
+        out = rearrange(torch.cat([high, low], 1), 'b c h w -> b (h w) c')
+        return self.proj_drop(self.proj(out))
 
-    def _local(self, v_map: torch.Tensor, recomputing: bool,
-               channels_last: bool = True):
+    def _local(self, v_map: torch.Tensor, channels_last: bool = True):
         """The convolutional branches: pooled query and key heads and the
         high-frequency output."""
-        a = _conv_norm(self.conv1, v_map, recomputing)
-        b = _conv_norm(self.conv2, self.act(a), recomputing)
-        high = self.act(_conv_norm(self.conv3, b, recomputing))
+        a = self.conv1(v_map)
+        b = self.conv2(self.act(a))
+        high = self.act(self.conv3(b))
         return (self._pooled_heads(a, channels_last),
                 self._pooled_heads(b, channels_last), high)
 

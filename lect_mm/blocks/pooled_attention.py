@@ -16,10 +16,9 @@ from mmpretrain.registry import MODELS
 from .dropout import FastDropout
 from .functional import IMPLS, attend
 from .recompute import recompute, recompute_active
-from .upsample import (MATMUL_RESIZE_MAX_CELLS, ResizeDWConvUpsampler,
-                       ResizeUpsampler, SVConvTransposeUpsampler,
+from .upsample import (MATMUL_RESIZE_MAX_CELLS, SVConvTransposeUpsampler,
                        check_resize_mode, resize, resize_grid_axis)
-from .utils import check_choice
+from .utils import check_choice, check_hw_shape  # noqa: F401
 
 #: The attention paths of pooled-key attention: :data:`IMPLS` and ``'auto'``.
 LEMSA_IMPLS = ('auto', ) + IMPLS
@@ -70,16 +69,6 @@ def resolve_impl_for(impl: str, device: torch.device, dtype: torch.dtype,
     recording = (not torch.jit.is_tracing() and torch.is_grad_enabled()
                  and requires_grad)
     return 'literal' if recording and 2 * cells < d_qk else 'fused'
-
-
-def check_hw_shape(x: torch.Tensor,
-                   hw_shape: Sequence[int]) -> Tuple[int, int]:
-    """Return ``(H, W)`` after checking ``H * W`` equals the token count."""
-    H, W = hw_shape
-    if H * W != x.shape[1]:
-        raise ValueError(f'hw_shape {tuple(hw_shape)} does not match the '
-                         f'{x.shape[1]} tokens of x {tuple(x.shape)}.')
-    return H, W
 
 
 def pool_map(x: torch.Tensor, sr_ratio: Optional[int],
@@ -212,7 +201,7 @@ class PooledKeyAttention(BaseModule):
     value/query/key layers, then calls :meth:`_build_output` (last, so that
     parameters keep the reference checkpoint's order, by which saved
     optimizer states index them), and in ``forward`` combines
-    :meth:`pool`, :meth:`attend` and :meth:`project`.
+    :meth:`pool`, :meth:`attend` and ``proj_drop(proj(...))``.
 
     With ``return_attn_map = True`` each forward stores the softmaxed
     ``(B, m, Nq, N)`` map (before dropout, detached) in ``attn_map``, for
@@ -242,11 +231,6 @@ class PooledKeyAttention(BaseModule):
             fewer ops). Defaults to True.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
-
-    #: Query upsamplers :meth:`attend` may run again in backward (their
-    #: BatchNorm, if any, is not updated twice).
-    RECOMPUTABLE_UPSAMPLERS = (ResizeUpsampler, ResizeDWConvUpsampler,
-                               SVConvTransposeUpsampler)
 
     def __init__(self,
                  embed_dims: int,
@@ -305,8 +289,12 @@ class PooledKeyAttention(BaseModule):
         (:func:`pool_map`)."""
         return pool_map(x, self.sr_ratio, self.pool_size, op)
 
-    def attend(self, q_map: torch.Tensor, k_map: torch.Tensor,
-               v: torch.Tensor, hw_shape: Tuple[int, int]) -> torch.Tensor:
+    def attend(self,
+               q_map: torch.Tensor,
+               k_map: torch.Tensor,
+               v: torch.Tensor,
+               hw_shape: Tuple[int, int],
+               recompute_now: Optional[bool] = None) -> torch.Tensor:
         """Attend and bring the result back to ``hw_shape``.
 
         Args:
@@ -314,6 +302,9 @@ class PooledKeyAttention(BaseModule):
             k_map (torch.Tensor): Pooled keys ``(B, m * dq, h', w')``.
             v (torch.Tensor): Value tokens ``(B, N, m * dv)``.
             hw_shape (tuple[int, int]): ``(H, W)`` with ``N = H * W``.
+            recompute_now (bool, optional): Whether to recompute in
+                backward; None asks :func:`recompute_active` (a caller that
+                has asked already passes its answer).
 
         Returns:
             torch.Tensor: The query-upsampled output ``(B, m * dv, H, W)``,
@@ -324,49 +315,22 @@ class PooledKeyAttention(BaseModule):
         # Resolved here: a recomputing run records autograd only in backward.
         impl = resolve_impl(self.impl, q, k_map)
         h = q_map.shape[-2]
-        if (recompute_active(self) and not self.return_attn_map
-                and type(self.query_upsampler) in
-                self.RECOMPUTABLE_UPSAMPLERS):
+        if recompute_now is None:
+            recompute_now = recompute_active(self)
+        if recompute_now and not self.return_attn_map:
             return recompute(
-                lambda q, k, val, recomputing: self._attend(
-                    q, k, val, h, hw_shape, impl, recomputing),
-                q, k_map, v, params=self.parameters())
-        return self._attend(q, k_map, v, h, hw_shape, impl, False)
+                lambda q, k, val: self._attend(q, k, val, h, hw_shape, impl),
+                q, k_map, v, module=self)
+        return self._attend(q, k_map, v, h, hw_shape, impl)
 
     def _attend(self, q: torch.Tensor, k_map: torch.Tensor, v: torch.Tensor,
-                h: int, hw_shape: Tuple[int, int], impl: str,
-                recomputing: bool) -> torch.Tensor:
+                h: int, hw_shape: Tuple[int, int], impl: str) -> torch.Tensor:
         out, attn_map = pooled_key_attention(
             q, k_map, v, hw_shape, self.key_upsample, self.scale,
             self.attn_drop, impl, self.return_attn_map)
         if self.return_attn_map:
             self.attn_map = attn_map
-        out = heads_to_map(out, h)
-        if recomputing and isinstance(self.query_upsampler,
-                                      ResizeDWConvUpsampler):
-            return self.query_upsampler(out, hw_shape, recomputing=True)
-        return self.query_upsampler(out, hw_shape)
-
-    def project(self, *parts: torch.Tensor) -> torch.Tensor:
-        """``proj_drop(proj(concat(parts)))`` over the channel axis.
-
-        Several ``(B, N, c_i)`` parts are multiplied with the weight's
-        column blocks and summed: no concatenated copy, no sliced gradients
-        to copy back.
-        """
-        if len(parts) == 1:
-            return self.proj_drop(self.proj(parts[0]))
-        weight, start, out = self.proj.weight, 0, None
-        for i, part in enumerate(parts):
-            stop = start + part.shape[-1]
-            bias = self.proj.bias if i == len(parts) - 1 else None
-            term = F.linear(part, weight[:, start:stop], bias)
-            out = term if out is None else out + term
-            start = stop
-        if start != weight.shape[1]:
-            raise ValueError(f'the parts hold {start} channels; proj takes '
-                             f'{weight.shape[1]}.')
-        return self.proj_drop(out)
+        return self.query_upsampler(heads_to_map(out, h), hw_shape)
 
     def extra_repr(self) -> str:
         grid = (f'sr_ratio={self.sr_ratio}' if self.pool_size is None else

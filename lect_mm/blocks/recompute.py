@@ -3,32 +3,19 @@
 The blocks run chains of norms, activations, dropouts, pools, resizes and
 depthwise convolutions whose every intermediate autograd would keep for
 backward. :func:`recompute` keeps only the chain's inputs and runs it again
-in backward (:class:`_Recompute`), with the same random state
-and, through :func:`recomputable_bn`, without updating BatchNorm's running
-statistics a second time: values and gradients are bit for bit those of
-the plain chain.
+in backward (:class:`_Recompute`), with the same random state and without
+a second update of the module's BatchNorm running statistics: values,
+gradients and buffers are bit for bit those of the plain chain.
 """
 import contextlib
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .functional import is_compiling
-
-
-def recomputable_bn(bn: nn.Module, x: torch.Tensor,
-                    recomputing: bool) -> torch.Tensor:
-    """``bn(x)``; when recomputing for backward, the same batch statistics
-    without a second update of the running statistics (momentum 0 keeps
-    them bit for bit, ``num_batches_tracked`` is not counted again)."""
-    if not recomputing or type(bn) is not nn.BatchNorm2d or not bn.training:
-        return bn(x)
-    return F.batch_norm(x, bn.running_mean, bn.running_var, bn.weight,
-                        bn.bias, True, 0., bn.eps)
 
 
 def recompute_active(module: nn.Module) -> bool:
@@ -38,10 +25,26 @@ def recompute_active(module: nn.Module) -> bool:
     if not (getattr(module, 'recompute', False) and module.training
             and torch.is_grad_enabled() and not is_compiling()):
         return False
-    # A norm with other state (SyncBatchNorm, ...) would update it twice.
+    # Only plain BatchNorm2d: SyncBatchNorm would communicate again in
+    # backward, and other stateful norms would update their state twice.
     return all(
         type(m) is nn.BatchNorm2d or not isinstance(m, _BatchNorm)
         for m in module.modules())
+
+
+@contextlib.contextmanager
+def _running_stats_untouched(norms):
+    """Training BatchNorms normalise with the batch statistics, as always,
+    but neither update their running statistics nor count the batch: the
+    rerun for backward leaves what the first run left (the module switch
+    ``track_running_stats``; no tensor op)."""
+    for bn in norms:
+        bn.track_running_stats = False
+    try:
+        yield
+    finally:
+        for bn in norms:
+            bn.track_running_stats = True
 
 
 class _Recompute(torch.autograd.Function):
@@ -57,8 +60,8 @@ class _Recompute(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, fn, num_inputs, *args):
-        ctx.fn, ctx.num_inputs = fn, num_inputs
+    def forward(ctx, fn, norms, num_inputs, *args):
+        ctx.fn, ctx.norms, ctx.num_inputs = fn, norms, num_inputs
         ctx.rng_state = torch.get_rng_state()
         devices = sorted({
             a.device.index for a in args[:num_inputs]
@@ -71,7 +74,7 @@ class _Recompute(torch.autograd.Function):
             for device in {a.device.type for a in args[:num_inputs]}
         }
         ctx.save_for_backward(*args)
-        out = fn(*args[:num_inputs], False)
+        out = fn(*args[:num_inputs])
         ctx.is_tuple = isinstance(out, tuple)
         return out
 
@@ -93,7 +96,8 @@ class _Recompute(torch.autograd.Function):
                 for device, (enabled, dtype) in ctx.autocast.items():
                     stack.enter_context(
                         torch.autocast(device, dtype, enabled=enabled))
-                outs = ctx.fn(*inputs, True)
+                stack.enter_context(_running_stats_untouched(ctx.norms))
+                outs = ctx.fn(*inputs)
         outs = outs if ctx.is_tuple else (outs, )
         pairs = [(o, g) for o, g in zip(outs, grads)
                  if g is not None and o is not None and o.requires_grad]
@@ -107,21 +111,24 @@ class _Recompute(torch.autograd.Function):
                                         allow_unused=True)
             for (i, _), g in zip(wrt, found):
                 result[i] = g
-        return (None, None, *result)
+        return (None, None, None, *result)
 
 
-def recompute(fn: Callable[..., Any],
-              *inputs: torch.Tensor,
-              params: Iterable[torch.Tensor] = ()) -> Any:
-    """``fn(*inputs, recomputing)`` whose intermediates are not kept for
-    backward.
+def recompute(fn: Callable[..., Any], *inputs: torch.Tensor,
+              module: nn.Module) -> Any:
+    """``fn(*inputs)`` whose intermediates are not kept for backward.
 
-    Only ``inputs`` are kept; backward runs ``fn(*inputs, True)`` again
-    (with the random and autocast state of the first call, so dropout masks
-    repeat) and differentiates it. ``params`` are the parameters ``fn``
-    reads (more do no harm): their gradients come out of this step. ``fn``
-    returns a tensor or a tuple of tensors (None allowed). Double backward
-    is not supported (it raises).
+    Only ``inputs`` are kept; backward runs ``fn(*inputs)`` again (with the
+    random and autocast state of the first call, so dropout masks repeat)
+    and differentiates it. ``module`` is the module ``fn`` computes with:
+    the gradients of its parameters come out of this step, and its
+    BatchNorms do not update their running statistics in the second run.
+    ``fn`` returns a tensor or a tuple of tensors (None allowed). Double
+    backward is not supported (it raises).
     """
-    params = [p for p in params if p.requires_grad]
-    return _Recompute.apply(fn, len(inputs), *inputs, *params)
+    params = [p for p in module.parameters() if p.requires_grad]
+    norms = [
+        m for m in module.modules() if isinstance(m, _BatchNorm)
+        and m.training and m.track_running_stats
+    ]
+    return _Recompute.apply(fn, norms, len(inputs), *inputs, *params)

@@ -32,7 +32,6 @@ from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
 from .functional import is_compiling
-from .recompute import recomputable_bn
 from .utils import to_pair
 
 RESIZE_MODES = ('nearest', 'bilinear', 'bicubic')
@@ -238,18 +237,10 @@ class ResizeDWConvUpsampler(BaseModule):
             bias=False)
         self.norm = build_norm_layer(norm_cfg, channels)[1]
 
-    def forward(self,
-                x: torch.Tensor,
-                out_size: Tuple[int, int],
-                recomputing: bool = False) -> torch.Tensor:
-        """Upsample ``x`` (B, C, h', w') to (B, C, *out_size).
-
-        ``recomputing=True`` (a second run for backward) leaves the norm's
-        running statistics alone (:func:`~lect_mm.blocks.recompute.
-        recomputable_bn`).
-        """
-        x = self.conv(resize(x, out_size, self.mode))
-        return recomputable_bn(self.norm, x, recomputing)
+    def forward(self, x: torch.Tensor,
+                out_size: Tuple[int, int]) -> torch.Tensor:
+        """Upsample ``x`` (B, C, h', w') to (B, C, *out_size)."""
+        return self.norm(self.conv(resize(x, out_size, self.mode)))
 
 
 @MODELS.register_module()

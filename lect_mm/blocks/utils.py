@@ -10,6 +10,7 @@ import copy
 import inspect
 from typing import Optional, Sequence, Tuple, Union
 
+import torch
 import torch.nn as nn
 from mmcv.cnn.bricks.transformer import FFN
 from mmengine.utils import to_2tuple
@@ -212,3 +213,13 @@ def to_pair(value: Union[int, Sequence[int]], name: str) -> Tuple[int, int]:
         raise ValueError(f'{name} must be a positive int or a pair of '
                          f'positive ints (height, width), got {value!r}.')
     return pair
+
+
+def check_hw_shape(x: torch.Tensor,
+                   hw_shape: Sequence[int]) -> Tuple[int, int]:
+    """Return ``(H, W)`` after checking ``H * W`` equals the token count."""
+    H, W = hw_shape
+    if H * W != x.shape[1]:
+        raise ValueError(f'hw_shape {tuple(hw_shape)} does not match the '
+                         f'{x.shape[1]} tokens of x {tuple(x.shape)}.')
+    return H, W

@@ -554,16 +554,6 @@ def test_auto_traces_the_same_path_with_and_without_grad():
     assert resolve_impl('auto', q, torch.zeros(1, 32, 2, 2)) == 'literal'
 
 
-def test_project_checks_the_parts_cover_proj():
-    layer = LeMSAv2(16, 2, sr_ratio=4, h_ratio=0.25)
-    high, low = torch.randn(1, 4, 4), torch.randn(1, 4, 12)
-    expected = layer.proj(torch.cat([high, low], dim=-1))
-    torch.testing.assert_close(layer.project(high, low), expected)
-    with pytest.raises(ValueError, match='parts hold 8 channels; proj takes '
-                       '16'):
-        layer.project(high, high)
-
-
 @pytest.mark.parametrize('cfg', [
     dict(type='LeMSA', sr_ratio=4),
     dict(type='LeMSA', sr_ratio=4, qkv_mode='parallel', conv_skip=False),

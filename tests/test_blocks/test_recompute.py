@@ -13,16 +13,16 @@ def test_same_gradients_and_double_backward_raises():
     conv = nn.Conv2d(4, 4, 3, padding=1)
     x = torch.randn(2, 4, 8, 8, requires_grad=True)
 
-    def fn(inp, recomputing):
+    def fn(inp):
         return torch.nn.functional.gelu(conv(inp)).sin()
 
-    out = recompute(fn, x, params=conv.parameters())
+    out = recompute(fn, x, module=conv)
     grads = torch.autograd.grad(out.sum(), [x, conv.weight, conv.bias])
-    ref = torch.autograd.grad(fn(x, False).sum(),
+    ref = torch.autograd.grad(fn(x).sum(),
                               [x, conv.weight, conv.bias])
     for a, b in zip(grads, ref):
         assert torch.equal(a, b)
-    out = recompute(fn, x, params=conv.parameters())
+    out = recompute(fn, x, module=conv)
     (gx, ) = torch.autograd.grad(out.sum(), x, create_graph=True)
     with pytest.raises(RuntimeError):
         gx.sum().backward()

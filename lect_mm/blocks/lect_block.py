@@ -72,19 +72,7 @@ class LeCTBlock(BaseModule):
         Returns:
             torch.Tensor: Tokens (B, N, C).
         """
-        x = self._residual(x, self.attn(self.norm1(x), hw_shape))
+        x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
         if self.ffn_takes_hw_shape:
-            return self._residual(x, self.ffn(self.norm2(x), hw_shape))
-        return self._residual(x, self.ffn(self.norm2(x)))
-
-    def _residual(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``x + drop_path(y)``; in training, one ``addcmul`` with the
-        per-sample mask scaled by ``1 / keep`` (the draws of
-        :class:`~mmcv.cnn.bricks.DropPath`, one op fewer)."""
-        dp = self.drop_path
-        if type(dp) is not DropPath or not dp.training or dp.drop_prob == 0:
-            return x + dp(y)
-        keep = 1 - dp.drop_prob
-        shape = (y.shape[0], ) + (1, ) * (y.ndim - 1)
-        mask = torch.rand(shape, dtype=y.dtype, device=y.device)
-        return torch.addcmul(x, y, mask.add_(keep).floor_().div_(keep))
+            return x + self.drop_path(self.ffn(self.norm2(x), hw_shape))
+        return x + self.drop_path(self.ffn(self.norm2(x)))

@@ -78,10 +78,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _prepare(config: str, args, device: torch.device, compile=None):
+def _prepare(config: str, args, device: torch.device, compiled=None):
     """Model (train mode, on device), step, inputs and labels; compiled
-    when ``compile`` (default ``args.compile``)."""
-    compile = args.compile if compile is None else compile
+    when ``compiled`` (default ``args.compile``)."""
+    compiled = args.compile if compiled is None else compiled
     model = build_classifier(config).to(device).train()
     params = count_params(model)
     inputs = torch.randn(args.batch_size, 3, args.img_size, args.img_size,
@@ -89,7 +89,7 @@ def _prepare(config: str, args, device: torch.device, compile=None):
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
         inputs = inputs.contiguous(memory_format=torch.channels_last)
-    if compile:
+    if compiled:
         compile_model(model)
     samples = synthetic_samples(args.batch_size, num_classes_of(model),
                                 device)
@@ -200,7 +200,7 @@ def compile_speedup_table(args, device: torch.device,
         calls = []
         for compiled in (False, True):
             _, _, step, inputs, samples = _prepare(config, args, device,
-                                                   compile=compiled)
+                                                   compiled=compiled)
             calls.append(functools.partial(step, inputs, samples))
         eager, compiled = measure_interleaved(calls, device, args.warmup,
                                               args.iters)

@@ -8,6 +8,8 @@ backbone's gradient checkpointing. Fixtures of the data-set tests live in
 """
 import importlib.util
 import os
+import struct
+import zipfile
 from pathlib import Path
 
 # One intra-op thread in this process and in the tools it starts (set before
@@ -128,3 +130,24 @@ def pytest_collection_modifyitems(items):
     order, and a multi-second test handed out last keeps one worker busy
     after the others are done."""
     items.sort(key=lambda item: item.get_closest_marker('heavy') is None)
+
+
+def _largest_tensor_record(path):
+    """``(offset, info)`` of the biggest tensor record of a torch.save zip:
+    the offset of its first data byte and its ``zipfile.ZipInfo``."""
+    with zipfile.ZipFile(path) as archive:
+        info = max((i for i in archive.infolist()
+                    if '/data/' in i.filename),
+                   key=lambda i: i.file_size)
+    with open(path, 'rb') as file:
+        file.seek(info.header_offset)
+        header = file.read(30)
+    name_len, extra_len = struct.unpack('<HH', header[26:30])
+    return info.header_offset + 30 + name_len + extra_len, info
+
+
+@pytest.fixture(scope='session')
+def largest_tensor_record():
+    """``largest_tensor_record(path)``: where a checkpoint's biggest tensor
+    lies in the file, for tests that damage it."""
+    return _largest_tensor_record

@@ -40,10 +40,11 @@ class LeFFN(BaseModule):
         norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
         act_cfg (dict): Activation config. Defaults to
             ``dict(type='GELU')``.
-        recompute (bool): In training, keep only the convolutions' inputs
-            and outputs for backward and recompute the norms, activations
-            and dropout between conv1 and conv3 (same values and gradients,
-            about half the LeFFN's activation memory). Defaults to True.
+        recompute (bool): In training, keep only conv1's output for the
+            chain up to conv3 and recompute its norms, activations,
+            depthwise conv and dropout in backward (same values and
+            gradients, about half the LeFFN's activation memory).
+            Defaults to True.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 

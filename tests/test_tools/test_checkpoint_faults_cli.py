@@ -5,8 +5,6 @@ import importlib.util
 import os
 import os.path as osp
 import shutil
-import struct
-import zipfile
 
 import pytest
 import torch
@@ -61,7 +59,7 @@ def trained(tmp_path_factory):
     return osp.join(work_dir, 'epoch_1.pth')
 
 
-def _damaged(src, dst, how):
+def _damaged(src, dst, how, record):
     shutil.copy(src, dst)
     size = osp.getsize(dst)
     with open(dst, 'r+b') as file:
@@ -70,7 +68,7 @@ def _damaged(src, dst, how):
         elif how == 'truncated':
             file.truncate(size // 2)
         else:  # a few flipped bytes in the largest tensor's data
-            offset = _largest_tensor_offset(dst)
+            offset, _ = record(dst)
             file.seek(offset)
             chunk = file.read(8)
             file.seek(offset)
@@ -78,24 +76,13 @@ def _damaged(src, dst, how):
     return str(dst)
 
 
-def _largest_tensor_offset(path):
-    with zipfile.ZipFile(path) as archive:
-        info = max((i for i in archive.infolist()
-                    if '/data/' in i.filename),
-                   key=lambda i: i.file_size)
-    with open(path, 'rb') as file:
-        file.seek(info.header_offset)
-        header = file.read(30)
-    name_len, extra_len = struct.unpack('<HH', header[26:30])
-    return info.header_offset + 30 + name_len + extra_len
-
-
 @pytest.mark.parametrize('how, reason', [('empty', 'is empty'),
                                          ('truncated', 'is truncated'),
                                          ('flipped', 'is damaged')])
 def test_test_tool_refuses_a_damaged_checkpoint(trained, tmp_path, how,
-                                                reason):
-    path = _damaged(trained, tmp_path / 'epoch_1.pth', how)
+                                                reason, largest_tensor_record):
+    path = _damaged(trained, tmp_path / 'epoch_1.pth', how,
+                    largest_tensor_record)
     with pytest.raises(CheckpointError) as info:
         test_tool.main([TINY, path, '--work-dir', str(tmp_path / 'test'),
                         '--cfg-options', 'log_level=WARNING'])
@@ -109,8 +96,10 @@ def test_test_tool_names_a_missing_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize('how', ['resume', 'load_from'])
-def test_train_refuses_a_damaged_checkpoint(trained, tmp_path, how):
-    path = _damaged(trained, tmp_path / 'epoch_1.pth', 'flipped')
+def test_train_refuses_a_damaged_checkpoint(trained, tmp_path, how,
+                                            largest_tensor_record):
+    path = _damaged(trained, tmp_path / 'epoch_1.pth', 'flipped',
+                    largest_tensor_record)
     source = ['--resume', path] if how == 'resume' else []
     options = [] if how == 'resume' else [f'load_from={path}']
     with pytest.raises(CheckpointError, match='is damaged') as info:
@@ -178,12 +167,14 @@ def test_resume_from_a_path_that_does_not_exist(tmp_path):
                          '--cfg-options', *FAST])
 
 
-def test_resume_on_a_damaged_latest_checkpoint(trained, tmp_path):
+def test_resume_on_a_damaged_latest_checkpoint(trained, tmp_path,
+                                               largest_tensor_record):
     work_dir = tmp_path / 'run'
     work_dir.mkdir()
     intact = str(work_dir / 'epoch_1.pth')
     shutil.copy(trained, intact)
-    latest = _damaged(trained, work_dir / 'epoch_2.pth', 'truncated')
+    latest = _damaged(trained, work_dir / 'epoch_2.pth', 'truncated',
+                      largest_tensor_record)
     (work_dir / 'last_checkpoint').write_text(latest)
     args = [TINY, '--work-dir', str(work_dir), '--no-validate',
             '--cfg-options', *FAST, 'train_cfg.max_epochs=2',

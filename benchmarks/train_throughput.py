@@ -10,13 +10,17 @@ timed steps) and the ratio to the report's ResNet, and next to them the
 device-independent footprint of a step (``lect_mm.analysis.
 training_footprint``, eager fp32, batch ``min(8, --batch-size)``): the bytes
 autograd saves for backward per image and the ATen ops dispatched in forward
-+ backward, each also as a ratio to ResNet.
++ backward, all and without the views, each also as a ratio to ResNet.
+``--footprint-variants`` prints that footprint alone for LeCT's variants as
+configured and with recomputation and/or dropout turned off (what each costs
+in memory and ops).
 
 Examples::
 
     python benchmarks/train_throughput.py                    # all models
     python benchmarks/train_throughput.py --amp --channels-last --compile
     python benchmarks/train_throughput.py --compile-speedup --models LeCT
+    python benchmarks/train_throughput.py --footprint-variants
     python benchmarks/train_throughput.py --models LeCT ResNet --iters 50
     python benchmarks/train_throughput.py --profile LeCT --amp   # top ops
     python benchmarks/train_throughput.py --quick                # smoke test
@@ -33,8 +37,8 @@ from common.cli import (add_model_args, layout_flags, new_parser,
                         resolve_models, setup)
 from common.memory import MEMORY_NOTE, fmt_bytes, peak_memory
 from common.models import (MODEL_CONFIGS, REFERENCE_MODEL, TrainStep,
-                           build_classifier, compile_model, num_classes_of,
-                           synthetic_samples)
+                           build_classifier, compile_model, load_config,
+                           num_classes_of, synthetic_samples)
 from common.report import Report, machine_header, markdown_table
 from common.timing import measure, measure_interleaved, synchronize
 
@@ -61,6 +65,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='instead of the table, time each model eager and compiled in '
         'turns (the same drift of the machine for both) and print the '
         'speed-up')
+    parser.add_argument(
+        '--footprint-variants', action='store_true',
+        help='instead of the table, print the footprint (saved bytes, ops, '
+        'non-view ops) of the LeCT models among --models as configured, '
+        'without recomputation, without dropout and drop path, and '
+        'without both, against the reference model')
     parser.add_argument(
         '--profile',
         metavar='MODEL',
@@ -106,9 +116,10 @@ def _release(device: torch.device, compiled: bool) -> None:
         torch._dynamo.reset()
 
 
-def footprint(config: str, args, device: torch.device) -> Dict:
+def footprint(config: str, args, device: torch.device,
+              cfg_options: Optional[dict] = None) -> Dict:
     """Saved bytes per image and ATen ops of an eager fp32 step."""
-    model = build_classifier(config).to(device)
+    model = build_classifier(config, cfg_options).to(device)
     result = training_footprint(
         model, (3, args.img_size, args.img_size),
         batch_size=min(8, args.batch_size),
@@ -125,8 +136,12 @@ def run_model(config: str, args, device: torch.device) -> Dict:
     mem = peak_memory(call, device)
     del model, step, inputs, samples, call
     _release(device, args.compile)
-    return dict(params=params, stats=stats, mem=mem,
-                saved=fp['saved_bytes_per_image'], ops=fp['ops'])
+    return dict(params=params, stats=stats, mem=mem, **_footprint_figures(fp))
+
+
+def _footprint_figures(fp: Dict) -> Dict:
+    return dict(saved=fp['saved_bytes_per_image'], ops=fp['ops'],
+                kernel_ops=fp['ops'] - fp['view_ops'])
 
 
 def _settings(args) -> str:
@@ -155,7 +170,7 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
     for name, res in results.items():
         if 'error' in res:
             rows.append([name, '', 'failed: ' + res['error'][:120], '', '',
-                         '', '', ''])
+                         '', '', '', ''])
             continue
         rate = args.batch_size / res['stats'].median
         rows.append([
@@ -164,7 +179,7 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
             f'{rate / ref_rate:.2f}' if ref_rate else 'n/a',
             fmt_bytes(res['mem']),
             _with_ratio(fmt_bytes(res['saved']), res['saved'], ref, 'saved'),
-            _with_ratio(f'{res["ops"]:,}', res['ops'], ref, 'ops'),
+            *_footprint_cells(res, ref),
         ])
     report.add(f'### Training throughput ({_settings(args)})')
     report.add()
@@ -172,7 +187,7 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
         markdown_table([
             'Model', 'Params (M)', 'Step ms, median [IQR]',
             'Images/s, median [IQR]', f'× {REFERENCE_MODEL}', 'Peak memory',
-            'Saved for backward / image', 'ATen ops / step'
+            *FOOTPRINT_HEADERS
         ], rows))
     report.add()
     report.add(f'Full step as mmengine runs it: forward + cross-entropy, '
@@ -182,11 +197,76 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
                f'{args.iters} timed steps; synthetic data on the device. '
                f'{MEMORY_NOTE[device.type]}. Saved for backward: the '
                'distinct tensor storages autograd keeps from the forward '
-               '(saved_tensors_hooks); ATen ops: calls seen by a '
-               'TorchDispatchMode in forward + backward (each at least one '
-               f'kernel launch on a GPU); eager fp32, batch '
+               f'(saved_tensors_hooks); {OPS_NOTE}; eager fp32, batch '
                f'{min(8, args.batch_size)}, ratio to {REFERENCE_MODEL} in '
                'parentheses.')
+    report.add()
+
+
+FOOTPRINT_HEADERS = ('Saved for backward / image', 'ATen ops / step',
+                     'Non-view ops / step')
+OPS_NOTE = ('ATen ops: calls seen by a TorchDispatchMode in forward + '
+            'backward; non-view ops: those that do not return an alias '
+            '(views, autograd\'s detach of each parameter gradient) and so '
+            'run a kernel, on a GPU at least one launch each')
+
+#: ``--footprint-variants``: LeCT as configured and with its recomputation
+#: and dropout (drop_rate and drop path) turned off, as config overrides.
+_NO_RECOMPUTE = {
+    'model.backbone.attn_cfg': dict(recompute=False),
+    'model.backbone.ffn_cfg': dict(recompute=False),
+}
+_NO_DROPOUT = {
+    'model.backbone.drop_rate': 0.,
+    'model.backbone.drop_path_rate': 0.,
+}
+FOOTPRINT_VARIANTS = {
+    'as configured': {},
+    'recompute=False': _NO_RECOMPUTE,
+    'no dropout, no drop path': _NO_DROPOUT,
+    'recompute=False, no dropout, no drop path': {
+        **_NO_RECOMPUTE,
+        **_NO_DROPOUT
+    },
+}
+
+
+def _footprint_cells(res: Dict, ref: Optional[Dict]) -> list:
+    return [
+        _with_ratio(fmt_bytes(res['saved']), res['saved'], ref, 'saved'),
+        _with_ratio(f'{res["ops"]:,}', res['ops'], ref, 'ops'),
+        _with_ratio(f'{res["kernel_ops"]:,}', res['kernel_ops'], ref,
+                    'kernel_ops'),
+    ]
+
+
+def footprint_variants_table(args, device: torch.device,
+                             report: Report) -> None:
+    """The footprint of the LeCT models among ``--models`` in each of
+    :data:`FOOTPRINT_VARIANTS`, with ratios to the reference model."""
+    models = resolve_models(args.models, args.quick)
+    ref = _footprint_figures(
+        footprint(MODEL_CONFIGS[REFERENCE_MODEL], args, device))
+    rows = [[REFERENCE_MODEL, 'as configured', *_footprint_cells(ref, ref)]]
+    for name, config in models.items():
+        if name == REFERENCE_MODEL:
+            continue
+        if load_config(config).model.backbone.type != 'LeCT':
+            print(f'[{name}] not a LeCT backbone: skipped', file=sys.stderr)
+            continue
+        for variant, options in FOOTPRINT_VARIANTS.items():
+            res = _footprint_figures(
+                footprint(config, args, device, options))
+            rows.append([name, variant, *_footprint_cells(res, ref)])
+    report.add(f'### Training footprint of LeCT\'s variants (eager fp32, '
+               f'batch {min(8, args.batch_size)}, {args.img_size}²)')
+    report.add()
+    report.add(markdown_table(['Model', 'variant', *FOOTPRINT_HEADERS],
+                              rows))
+    report.add()
+    report.add(f'{OPS_NOTE}; ratio to {REFERENCE_MODEL} in parentheses. '
+               'recompute=False: attn_cfg and ffn_cfg keep every '
+               'intermediate; no dropout: drop_rate and drop_path_rate 0.')
     report.add()
 
 
@@ -326,6 +406,8 @@ def main(argv=None) -> Report:
     report.add(machine_header(device, 'Training throughput'))
     if args.profile:
         profile_model(args, device, report)
+    elif args.footprint_variants:
+        footprint_variants_table(args, device, report)
     elif args.compile_speedup:
         compile_speedup_table(args, device, report)
     else:

@@ -8,8 +8,10 @@ FLOPs suggest, on any device:
   :func:`torch.autograd.graph.saved_tensors_hooks`), i.e. the activation
   memory a step needs and the traffic it causes;
 - **ATen ops dispatched** during forward and backward (counted with a
-  :class:`~torch.utils._python_dispatch.TorchDispatchMode`): on a GPU each is
-  at least one kernel launch.
+  :class:`~torch.utils._python_dispatch.TorchDispatchMode`), of which the
+  views (ops returning an alias of an input: ``view``, ``permute``,
+  ``transpose``, ``t``, autograd's ``detach`` of each parameter's gradient)
+  launch no kernel; on a GPU every other op is at least one kernel launch.
 
 The two are counted in two separate steps: installing a saved-tensors hook
 makes autograd dispatch an extra ``detach`` for many of the tensors it saves,
@@ -25,15 +27,26 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
+def _is_view(func) -> bool:
+    """Whether an ATen op returns an alias of an input (no kernel runs).
+
+    ``_unsafe_view`` is a view that its schema does not mark as one.
+    """
+    return func.is_view or func.overloadpacket is torch.ops.aten._unsafe_view
+
+
 class _OpCounter(TorchDispatchMode):
-    """Counts every ATen op dispatched while active, by name."""
+    """Counts every ATen op dispatched while active, by name, and the
+    views among them."""
 
     def __init__(self):
         super().__init__()
         self.ops = Counter()
+        self.views = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops[func.overloadpacket.__name__] += 1
+        self.views += _is_view(func)
         return func(*args, **(kwargs or {}))
 
 
@@ -76,7 +89,8 @@ def training_footprint(model: nn.Module,
     Returns:
         dict: ``saved_bytes`` (int, the whole batch),
         ``saved_bytes_per_image`` (float), ``ops`` (int, forward +
-        backward), ``forward_ops`` (int) and ``ops_by_name`` (Counter).
+        backward), ``view_ops`` (int, the views among ``ops``),
+        ``forward_ops`` (int) and ``ops_by_name`` (Counter).
     """
     g = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
@@ -114,5 +128,6 @@ def training_footprint(model: nn.Module,
         saved_bytes=saved,
         saved_bytes_per_image=saved / batch_size,
         ops=sum(counter.ops.values()),
+        view_ops=counter.views,
         forward_ops=forward_ops,
         ops_by_name=counter.ops)

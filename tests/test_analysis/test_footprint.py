@@ -30,6 +30,34 @@ def test_counts_a_known_step():
     assert all(p.grad is None for p in Scale(10).parameters())
 
 
+class Transposed(Scale):
+    """logits = (xᵀ * w[:, None])ᵀ: two views forward, more backward."""
+
+    def forward(self, x):
+        return (x.t() * self.w[:, None]).t()
+
+
+ALIASING_OPS = {
+    'alias', 'as_strided', 'detach', 'expand', 'permute', 'squeeze', 't',
+    'transpose', 'unsqueeze', 'view', '_unsafe_view'
+}
+
+
+def test_counts_the_views_apart():
+    result = training_footprint(Transposed(10), (10, ), batch_size=4)
+    names = result['ops_by_name']
+    # x.t() and the result's .t() in forward, the latter's backward t (x
+    # needs no gradient), and the detach of w's gradient handed to .grad
+    assert names['t'] == 3 and names['detach'] >= 1
+    assert result['view_ops'] == sum(
+        n for name, n in names.items() if name in ALIASING_OPS)
+    assert 0 < result['view_ops'] < result['ops']
+    plain = training_footprint(Scale(10), (10, ), batch_size=4)
+    # the transposes (and w[:, None]) add views only
+    assert result['view_ops'] - plain['view_ops'] == result['ops'] - plain[
+        'ops'] > 0
+
+
 def test_saved_bytes_grow_with_the_batch():
     model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 10))
     one, two, four = (

@@ -178,7 +178,6 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
             res['stats'].rate(args.batch_size),
             f'{rate / ref_rate:.2f}' if ref_rate else 'n/a',
             fmt_bytes(res['mem']),
-            _with_ratio(fmt_bytes(res['saved']), res['saved'], ref, 'saved'),
             *_footprint_cells(res, ref),
         ])
     report.add(f'### Training throughput ({_settings(args)})')

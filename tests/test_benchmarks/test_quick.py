@@ -66,9 +66,12 @@ def test_train_throughput(bench, tmp_path):
     report = mod.main(QUICK + ['--out', str(tmp_path)])
     text = (tmp_path / 'train_throughput.md').read_text()
     assert text == '\n'.join(report.parts) + '\n'
+    header = next(line for line in text.splitlines()
+                  if line.startswith('| Model |'))
     for name in ('LeCT', 'ResNet'):
         rows = _table_rows(text, name)
         assert len(rows) == 1 and 'failed' not in rows[0], rows
+        assert rows[0].count(' | ') == header.count(' | ')
     assert '| ResNet | ' in text and '| 1.00 |' in text
 
 

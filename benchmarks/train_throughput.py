@@ -11,16 +11,16 @@ device-independent footprint of a step (``lect_mm.analysis.
 training_footprint``, eager fp32, batch ``min(8, --batch-size)``): the bytes
 autograd saves for backward per image and the ATen ops dispatched in forward
 + backward, all and without the views, each also as a ratio to ResNet.
-``--footprint-variants`` prints that footprint alone for LeCT's variants as
-configured and with recomputation and/or dropout turned off (what each costs
-in memory and ops).
+``--variants`` prints step time and footprint of LeCT as configured and with
+its recomputation and/or dropout turned off (what each costs in time, memory
+and ops), all timed in turns with ResNet.
 
 Examples::
 
     python benchmarks/train_throughput.py                    # all models
     python benchmarks/train_throughput.py --amp --channels-last --compile
     python benchmarks/train_throughput.py --compile-speedup --models LeCT
-    python benchmarks/train_throughput.py --footprint-variants
+    python benchmarks/train_throughput.py --variants --models LeCT
     python benchmarks/train_throughput.py --models LeCT ResNet --iters 50
     python benchmarks/train_throughput.py --profile LeCT --amp   # top ops
     python benchmarks/train_throughput.py --quick                # smoke test
@@ -66,11 +66,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         'turns (the same drift of the machine for both) and print the '
         'speed-up')
     parser.add_argument(
-        '--footprint-variants', action='store_true',
-        help='instead of the table, print the footprint (saved bytes, ops, '
-        'non-view ops) of the LeCT models among --models as configured, '
-        'without recomputation, without dropout and drop path, and '
-        'without both, against the reference model')
+        '--variants', action='store_true',
+        help='instead of the table, time (in turns) and footprint the LeCT '
+        'models among --models as configured, without recomputation, '
+        'without dropout and drop path, and without both, against the '
+        'reference model')
     parser.add_argument(
         '--profile',
         metavar='MODEL',
@@ -88,11 +88,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _prepare(config: str, args, device: torch.device, compiled=None):
+def _prepare(config: str, args, device: torch.device, compiled=None,
+             cfg_options: Optional[dict] = None):
     """Model (train mode, on device), step, inputs and labels; compiled
     when ``compiled`` (default ``args.compile``)."""
     compiled = args.compile if compiled is None else compiled
-    model = build_classifier(config).to(device).train()
+    model = build_classifier(config, cfg_options).to(device).train()
     params = count_params(model)
     inputs = torch.randn(args.batch_size, 3, args.img_size, args.img_size,
                          device=device)
@@ -209,7 +210,7 @@ OPS_NOTE = ('ATen ops: calls seen by a TorchDispatchMode in forward + '
             '(views, autograd\'s detach of each parameter gradient) and so '
             'run a kernel, on a GPU at least one launch each')
 
-#: ``--footprint-variants``: LeCT as configured and with its recomputation
+#: ``--variants``: LeCT as configured and with its recomputation
 #: and dropout (drop_rate and drop path) turned off, as config overrides.
 _NO_RECOMPUTE = {
     'model.backbone.attn_cfg': dict(recompute=False),
@@ -219,7 +220,7 @@ _NO_DROPOUT = {
     'model.backbone.drop_rate': 0.,
     'model.backbone.drop_path_rate': 0.,
 }
-FOOTPRINT_VARIANTS = {
+VARIANTS = {
     'as configured': {},
     'recompute=False': _NO_RECOMPUTE,
     'no dropout, no drop path': _NO_DROPOUT,
@@ -239,33 +240,51 @@ def _footprint_cells(res: Dict, ref: Optional[Dict]) -> list:
     ]
 
 
-def footprint_variants_table(args, device: torch.device,
-                             report: Report) -> None:
-    """The footprint of the LeCT models among ``--models`` in each of
-    :data:`FOOTPRINT_VARIANTS`, with ratios to the reference model."""
-    models = resolve_models(args.models, args.quick)
-    ref = _footprint_figures(
-        footprint(MODEL_CONFIGS[REFERENCE_MODEL], args, device))
-    rows = [[REFERENCE_MODEL, 'as configured', *_footprint_cells(ref, ref)]]
-    for name, config in models.items():
+def variants_table(args, device: torch.device, report: Report) -> None:
+    """The LeCT models among ``--models`` in each of :data:`VARIANTS`, and
+    the reference model: footprint, and the full step timed in turns (all
+    of them in one rotation, so the machine's drift hits all alike)."""
+    runs = [(REFERENCE_MODEL, 'as configured', MODEL_CONFIGS[REFERENCE_MODEL],
+             {})]
+    for name, config in resolve_models(args.models, args.quick).items():
         if name == REFERENCE_MODEL:
             continue
         if load_config(config).model.backbone.type != 'LeCT':
             print(f'[{name}] not a LeCT backbone: skipped', file=sys.stderr)
             continue
-        for variant, options in FOOTPRINT_VARIANTS.items():
-            res = _footprint_figures(
-                footprint(config, args, device, options))
-            rows.append([name, variant, *_footprint_cells(res, ref)])
-    report.add(f'### Training footprint of LeCT\'s variants (eager fp32, '
-               f'batch {min(8, args.batch_size)}, {args.img_size}²)')
+        runs += [(name, variant, config, options)
+                 for variant, options in VARIANTS.items()]
+    figures, calls = [], []
+    for name, variant, config, options in runs:
+        print(f'[{name}] {variant}', file=sys.stderr, flush=True)
+        figures.append(
+            _footprint_figures(footprint(config, args, device, options)))
+        _, _, step, inputs, samples = _prepare(config, args, device,
+                                               cfg_options=options)
+        calls.append(functools.partial(step, inputs, samples))
+    stats = measure_interleaved(calls, device, args.warmup, args.iters)
+    ref, ref_time = figures[0], stats[0].median
+    rows = [[
+        name, variant,
+        stat.ms(), f'{ref_time / stat.median:.2f}',
+        *_footprint_cells(fig, ref)
+    ] for (name, variant, _, _), fig, stat in zip(runs, figures, stats)]
+    report.add(f'### LeCT with recomputation and dropout turned off '
+               f'({_settings(args)})')
     report.add()
-    report.add(markdown_table(['Model', 'variant', *FOOTPRINT_HEADERS],
-                              rows))
+    report.add(
+        markdown_table([
+            'Model', 'variant', 'Step ms, median [IQR]',
+            f'× {REFERENCE_MODEL}', *FOOTPRINT_HEADERS
+        ], rows))
     report.add()
-    report.add(f'{OPS_NOTE}; ratio to {REFERENCE_MODEL} in parentheses. '
-               'recompute=False: attn_cfg and ffn_cfg keep every '
-               'intermediate; no dropout: drop_rate and drop_path_rate 0.')
+    report.add(f'The full step of the throughput table; all rows timed in '
+               f'turns: {args.warmup} warm-up steps each, then '
+               f'{args.iters} timed steps each. {OPS_NOTE}; eager fp32, '
+               f'batch {min(8, args.batch_size)}, ratio to '
+               f'{REFERENCE_MODEL} in parentheses. recompute=False: '
+               'attn_cfg and ffn_cfg keep every intermediate; no dropout: '
+               'drop_rate and drop_path_rate 0.')
     report.add()
 
 
@@ -405,8 +424,8 @@ def main(argv=None) -> Report:
     report.add(machine_header(device, 'Training throughput'))
     if args.profile:
         profile_model(args, device, report)
-    elif args.footprint_variants:
-        footprint_variants_table(args, device, report)
+    elif args.variants:
+        variants_table(args, device, report)
     elif args.compile_speedup:
         compile_speedup_table(args, device, report)
     else:

@@ -129,15 +129,23 @@ def footprint(config: str, args, device: torch.device,
     return result
 
 
-def run_model(config: str, args, device: torch.device) -> Dict:
+def prepare_model(config: str, args, device: torch.device) -> Dict:
+    """Footprint, parameters, peak memory (after a warm-up step) and the
+    step call of one model; compiled, it is timed here too (see
+    :func:`throughput_table`)."""
     fp = footprint(config, args, device)
     model, params, step, inputs, samples = _prepare(config, args, device)
     call = functools.partial(step, inputs, samples)
-    stats = measure(call, device, args.warmup, args.iters)
-    mem = peak_memory(call, device)
-    del model, step, inputs, samples, call
-    _release(device, args.compile)
-    return dict(params=params, stats=stats, mem=mem, **_footprint_figures(fp))
+    call()
+    res = dict(params=params, mem=peak_memory(call, device),
+               **_footprint_figures(fp))
+    if args.compile:
+        res['stats'] = measure(call, device, args.warmup, args.iters)
+        del model, step, inputs, samples, call
+        _release(device, True)
+    else:
+        res['call'] = call
+    return res
 
 
 def _footprint_figures(fp: Dict) -> Dict:
@@ -152,18 +160,28 @@ def _settings(args) -> str:
 
 
 def throughput_table(args, device: torch.device, report: Report) -> None:
+    """Eager, all models are timed in turns (one rotation), so that the
+    machine's drift during the run hits each alike and the ratios to the
+    reference hold; compiled, one after the other (each model's compiled
+    code is dropped before the next is compiled)."""
     models = resolve_models(args.models, args.quick)
     results: Dict[str, Optional[Dict]] = {}
     for name, config in models.items():
         print(f'[{name}] {config}', file=sys.stderr, flush=True)
         try:
-            results[name] = run_model(config, args, device)
-            print(f'[{name}] ' + results[name]['stats'].rate(
-                args.batch_size) + ' images/s', file=sys.stderr, flush=True)
+            results[name] = prepare_model(config, args, device)
         except Exception as err:  # noqa: BLE001  (report and go on)
             traceback.print_exc()
             results[name] = dict(error=f'{type(err).__name__}: {err}')
             _release(device, args.compile)
+    timed = [res for res in results.values() if 'call' in res]
+    if timed:
+        print('timing the models in turns', file=sys.stderr, flush=True)
+        stats = measure_interleaved([res.pop('call') for res in timed],
+                                    device, args.warmup, args.iters)
+        for res, stat in zip(timed, stats):
+            res['stats'] = stat
+        _release(device, False)
     ref = results.get(REFERENCE_MODEL)
     ref_rate = (args.batch_size / ref['stats'].median
                 if ref and 'stats' in ref else None)
@@ -190,11 +208,14 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
             *FOOTPRINT_HEADERS
         ], rows))
     report.add()
+    timing = ('one model after the other' if args.compile else
+              'all models in turns')
     report.add(f'Full step as mmengine runs it: forward + cross-entropy, '
                f'then the optim wrapper\'s update_params (backward + '
                f'clip-grad (max norm 5) + AdamW + grad-norm logging); '
                f'{args.warmup} warm-up steps, '
-               f'{args.iters} timed steps; synthetic data on the device. '
+               f'{args.iters} timed steps each, {timing}; synthetic data '
+               'on the device. '
                f'{MEMORY_NOTE[device.type]}. Saved for backward: the '
                'distinct tensor storages autograd keeps from the forward '
                f'(saved_tensors_hooks); {OPS_NOTE}; eager fp32, batch '

@@ -81,6 +81,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--top', type=int, default=25,
                         help='rows of the profiler tables (default 25)')
     args = parser.parse_args(argv)
+    if args.variants and args.compile:
+        parser.error('--variants times eager steps; leave out --compile')
     if args.quick:
         args.batch_size, args.iters, args.warmup = 2, 2, 1
         args.img_size = 64
@@ -129,7 +131,7 @@ def footprint(config: str, args, device: torch.device,
     return result
 
 
-def prepare_model(config: str, args, device: torch.device) -> Dict:
+def model_figures(config: str, args, device: torch.device) -> Dict:
     """Footprint, parameters, peak memory (after a warm-up step) and the
     step call of one model; compiled, it is timed here too (see
     :func:`throughput_table`)."""
@@ -169,7 +171,7 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
     for name, config in models.items():
         print(f'[{name}] {config}', file=sys.stderr, flush=True)
         try:
-            results[name] = prepare_model(config, args, device)
+            results[name] = model_figures(config, args, device)
         except Exception as err:  # noqa: BLE001  (report and go on)
             traceback.print_exc()
             results[name] = dict(error=f'{type(err).__name__}: {err}')

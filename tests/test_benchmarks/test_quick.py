@@ -86,6 +86,8 @@ def test_train_throughput_variants(bench):
     assert ops[0] > ops[1] > ops[3] and ops[0] > ops[2] > ops[3]
     resnet, = _table_rows(text, 'ResNet')
     assert '| 1.00 |' in resnet
+    with pytest.raises(SystemExit):
+        mod.parse_args(['--variants', '--compile'])
 
 
 def test_train_throughput_options(bench):

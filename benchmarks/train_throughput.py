@@ -55,6 +55,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--warmup', type=int, default=5,
                         help='untimed steps first (default 5; with '
                         '--compile these include compilation)')
+    parser.add_argument(
+        '--steps-per-turn', type=int, default=5,
+        help='models are timed in turns of one untimed step and this many '
+        'timed steps each (default 5), so that each is timed in the steady '
+        'state of its own loop')
     parser.add_argument('--amp', action='store_true',
                         help='bf16 autocast (CUDA and CPU)')
     parser.add_argument('--channels-last', action='store_true')
@@ -180,7 +185,8 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
     if timed:
         print('timing the models in turns', file=sys.stderr, flush=True)
         stats = measure_interleaved([res.pop('call') for res in timed],
-                                    device, args.warmup, args.iters)
+                                    device, args.warmup, args.iters,
+                                    args.steps_per_turn)
         for res, stat in zip(timed, stats):
             res['stats'] = stat
         _release(device, False)
@@ -211,7 +217,8 @@ def throughput_table(args, device: torch.device, report: Report) -> None:
         ], rows))
     report.add()
     timing = ('one model after the other' if args.compile else
-              'all models in turns')
+              f'all models in turns of {args.steps_per_turn} (after one '
+              'untimed step)')
     report.add(f'Full step as mmengine runs it: forward + cross-entropy, '
                f'then the optim wrapper\'s update_params (backward + '
                f'clip-grad (max norm 5) + AdamW + grad-norm logging); '
@@ -285,7 +292,8 @@ def variants_table(args, device: torch.device, report: Report) -> None:
         _, _, step, inputs, samples = _prepare(config, args, device,
                                                cfg_options=options)
         calls.append(functools.partial(step, inputs, samples))
-    stats = measure_interleaved(calls, device, args.warmup, args.iters)
+    stats = measure_interleaved(calls, device, args.warmup, args.iters,
+                                args.steps_per_turn)
     ref, ref_time = figures[0], stats[0].median
     rows = [[
         name, variant,
@@ -301,9 +309,10 @@ def variants_table(args, device: torch.device, report: Report) -> None:
             f'× {REFERENCE_MODEL}', *FOOTPRINT_HEADERS
         ], rows))
     report.add()
-    report.add(f'The full step of the throughput table; all rows timed in '
-               f'turns: {args.warmup} warm-up steps each, then '
-               f'{args.iters} timed steps each. {OPS_NOTE}; eager fp32, '
+    report.add(f'The full step of the throughput table; {args.warmup} '
+               f'warm-up steps each, then {args.iters} timed steps each, all '
+               f'rows in turns of {args.steps_per_turn} (after one untimed '
+               f'step). {OPS_NOTE}; eager fp32, '
                f'batch {min(8, args.batch_size)}, ratio to '
                f'{REFERENCE_MODEL} in parentheses. recompute=False: '
                'attn_cfg and ffn_cfg keep every intermediate; no dropout: '

@@ -100,24 +100,40 @@ def measure(fn: Callable[[], object],
 def measure_interleaved(fns: Sequence[Callable[[], object]],
                         device: torch.device,
                         warmup: int = 3,
-                        repeats: int = 10) -> List[Stats]:
+                        repeats: int = 10,
+                        turn: int = 1) -> List[Stats]:
     """Time several competitors in turns, so that a drift of the machine's
     load (CPU) or clocks (GPU) during the measurement affects all of them
     alike. The order reverses every round (``A B``, ``B A``, ``A B``...):
     a call right after another model's can pay for what that one left
     behind (on the CPU, e.g. fresh pages for the memory it freed), and
     alternating shares that cost out evenly. Warm-up calls first, in the
-    given order."""
-    if repeats < 1:
-        raise ValueError(f'repeats must be >= 1, got {repeats}')
+    given order.
+
+    With ``turn > 1`` each turn is one untimed call and then ``turn`` timed
+    calls in a row (the last turn fewer, to make ``repeats``): for very
+    different models, whose steps would otherwise each start in what the
+    other model left, the times are those of the steady state of a training
+    loop.
+    """
+    if repeats < 1 or turn < 1:
+        raise ValueError(f'repeats and turn must be >= 1, got {repeats} '
+                         f'and {turn}')
     for _ in range(warmup):
         for fn in fns:
             fn()
     synchronize(device)
     stats = [Stats() for _ in fns]
     order = list(range(len(fns)))
-    for _ in range(repeats):
+    done = 0
+    while done < repeats:
+        calls = min(turn, repeats - done)
         for i in order:
-            stats[i].times.append(_time_call(fns[i], device))
+            if turn > 1:
+                fns[i]()
+                synchronize(device)
+            for _ in range(calls):
+                stats[i].times.append(_time_call(fns[i], device))
+        done += calls
         order.reverse()
     return stats

@@ -221,3 +221,10 @@ def test_measure_interleaved_takes_turns(bench):
         torch.device('cpu'), warmup=1, repeats=2)
     assert calls == ['a', 'b', 'a', 'b', 'b', 'a']  # warm-up, then ABBA
     assert [len(s.times) for s in stats] == [2, 2]
+    calls.clear()
+    stats = timing.measure_interleaved(
+        [lambda: calls.append('a'), lambda: calls.append('b')],
+        torch.device('cpu'), warmup=0, repeats=3, turn=2)
+    # turns of one untimed and two timed calls, the last turn shorter
+    assert calls == ['a'] * 3 + ['b'] * 3 + ['b'] * 2 + ['a'] * 2
+    assert [len(s.times) for s in stats] == [3, 3]

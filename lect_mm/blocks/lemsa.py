@@ -13,10 +13,9 @@ from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
 
 from mmpretrain.registry import MODELS
-from .pooled_attention import (PooledKeyAttention, check_hw_shape,
-                               resolve_impl_for)
+from .pooled_attention import PooledKeyAttention, resolve_impl_for
 from .recompute import recompute, recompute_active
-from .utils import check_choice
+from .utils import check_choice, check_hw_shape
 
 QKV_MODES = ('sequential', 'parallel')
 

@@ -18,7 +18,7 @@ from .functional import IMPLS, attend
 from .recompute import recompute, recompute_active
 from .upsample import (MATMUL_RESIZE_MAX_CELLS, SVConvTransposeUpsampler,
                        check_resize_mode, resize, resize_grid_axis)
-from .utils import check_choice, check_hw_shape  # noqa: F401
+from .utils import check_choice
 
 #: The attention paths of pooled-key attention: :data:`IMPLS` and ``'auto'``.
 LEMSA_IMPLS = ('auto', ) + IMPLS

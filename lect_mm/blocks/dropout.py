@@ -55,7 +55,7 @@ class FastDropout(nn.Dropout):
     ``1.6e-5`` of ``p`` (0.100006 for 0.1), and the output's expectation is
     the input exactly, as with ``nn.Dropout``. The draws are the 15-bit
     quarters of int64 ``random_`` draws (:func:`_draw_15_bits`; no float
-    transform), compared and multiplied in: a few kernels that cost a
+    transform), compared and selected with ``where``: a few kernels that cost a
     fraction of ``bernoulli_``'s one.
     For backward it keeps the mask as a bool tensor (1 byte an element;
     ``nn.Dropout``'s CPU path keeps a scaled mask in ``x``'s dtype).

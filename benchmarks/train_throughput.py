@@ -11,9 +11,9 @@ device-independent footprint of a step (``lect_mm.analysis.
 training_footprint``, eager fp32, batch ``min(8, --batch-size)``): the bytes
 autograd saves for backward per image and the ATen ops dispatched in forward
 + backward, all and without the views, each also as a ratio to ResNet.
-``--variants`` prints step time and footprint of LeCT as configured and with
-its recomputation and/or dropout turned off (what each costs in time, memory
-and ops), all timed in turns with ResNet.
+``--variants`` prints step time and footprint of LeCT as configured, with its
+blocks' recomputation turned on and/or dropout turned off (what each costs in
+time, memory and ops), all timed in turns with ResNet.
 
 Examples::
 
@@ -73,9 +73,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         '--variants', action='store_true',
         help='instead of the table, time (in turns) and footprint the LeCT '
-        'models among --models as configured, without recomputation, '
-        'without dropout and drop path, and without both, against the '
-        'reference model')
+        'models among --models as configured, with recomputation, '
+        'without dropout and drop path, and with recomputation but without '
+        'dropout, against the reference model')
     parser.add_argument(
         '--profile',
         metavar='MODEL',
@@ -222,11 +222,12 @@ OPS_NOTE = ('ATen ops: calls seen by a TorchDispatchMode in forward + '
             '(views, autograd\'s detach of each parameter gradient) and so '
             'run a kernel, on a GPU at least one launch each')
 
-#: ``--variants``: LeCT as configured and with its recomputation
-#: and dropout (drop_rate and drop path) turned off, as config overrides.
-_NO_RECOMPUTE = {
-    'model.backbone.attn_cfg': dict(recompute=False),
-    'model.backbone.ffn_cfg': dict(recompute=False),
+#: ``--variants``: LeCT as configured, with its blocks' recomputation
+#: turned on and with dropout (drop_rate and drop path) turned off, as config
+#: overrides.
+_RECOMPUTE = {
+    'model.backbone.attn_cfg': dict(recompute=True),
+    'model.backbone.ffn_cfg': dict(recompute=True),
 }
 _NO_DROPOUT = {
     'model.backbone.drop_rate': 0.,
@@ -234,10 +235,10 @@ _NO_DROPOUT = {
 }
 VARIANTS = {
     'as configured': {},
-    'recompute=False': _NO_RECOMPUTE,
+    'recompute=True': _RECOMPUTE,
     'no dropout, no drop path': _NO_DROPOUT,
-    'recompute=False, no dropout, no drop path': {
-        **_NO_RECOMPUTE,
+    'recompute=True, no dropout, no drop path': {
+        **_RECOMPUTE,
         **_NO_DROPOUT
     },
 }
@@ -282,7 +283,7 @@ def variants_table(args, device: torch.device, report: Report) -> None:
         stat.ms(), f'{ref_time / stat.median:.2f}',
         *_footprint_cells(fig, ref)
     ] for (name, variant, _, _), fig, stat in zip(runs, figures, stats)]
-    report.add(f'### LeCT with recomputation and dropout turned off '
+    report.add(f'### LeCT with recomputation on and dropout off '
                f'({_settings(args)})')
     report.add()
     report.add(
@@ -296,8 +297,9 @@ def variants_table(args, device: torch.device, report: Report) -> None:
                f'rows in turns of {args.steps_per_turn} (after one untimed '
                f'step). {OPS_NOTE}; eager fp32, '
                f'batch {min(8, args.batch_size)}, ratio to '
-               f'{REFERENCE_MODEL} in parentheses. recompute=False: '
-               'attn_cfg and ffn_cfg keep every intermediate; no dropout: '
+               f'{REFERENCE_MODEL} in parentheses. recompute=True: '
+               'attn_cfg and ffn_cfg recompute their cheap layers in '
+               'backward instead of keeping them; no dropout: '
                'drop_rate and drop_path_rate 0.')
     report.add()
 

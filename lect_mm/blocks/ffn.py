@@ -44,7 +44,7 @@ class LeFFN(BaseModule):
             chain up to conv3 and recompute its norms, activations,
             depthwise conv and dropout in backward (same values and
             gradients, about half the LeFFN's activation memory).
-            Defaults to True.
+            Defaults to False.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -56,7 +56,7 @@ class LeFFN(BaseModule):
                  with_bn: bool = True,
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
-                 recompute: bool = True,
+                 recompute: bool = False,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self.recompute = recompute

@@ -81,7 +81,7 @@ class LeMSA(PooledKeyAttention):
         recompute (bool): Recompute the depthwise branches and the
             attention in backward instead of keeping their intermediates
             (:class:`~lect_mm.blocks.pooled_attention.PooledKeyAttention`).
-            Defaults to True.
+            Defaults to False.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -101,7 +101,7 @@ class LeMSA(PooledKeyAttention):
                  impl: str = 'auto',
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
-                 recompute: bool = True,
+                 recompute: bool = False,
                  init_cfg=None):
         if embed_dims % num_heads != 0:
             raise ValueError(f'embed_dims ({embed_dims}) must be divisible '
@@ -196,7 +196,7 @@ class LeMSAv2(PooledKeyAttention):
         act_cfg (dict): Activation. Defaults to ``dict(type='GELU')``.
         pool_size (int | tuple[int, int], optional): Fixed pooled grid
             instead of ``sr_ratio``. Defaults to None.
-        recompute (bool): As :class:`LeMSA`'s. Defaults to True.
+        recompute (bool): As :class:`LeMSA`'s. Defaults to False.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -217,7 +217,7 @@ class LeMSAv2(PooledKeyAttention):
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
                  pool_size: Optional[Union[int, Sequence[int]]] = None,
-                 recompute: bool = True,
+                 recompute: bool = False,
                  init_cfg=None):
         h_dim = int(embed_dims * h_ratio)
         l_dim = embed_dims - h_dim

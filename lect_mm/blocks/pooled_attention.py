@@ -228,7 +228,7 @@ class PooledKeyAttention(BaseModule):
             resized keys, the attention and the query upsampler there (same
             values and gradients); a subclass recomputes its own cheap
             layers likewise. False keeps every intermediate (more memory,
-            fewer ops). Defaults to True.
+            fewer ops). Defaults to False.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -241,7 +241,7 @@ class PooledKeyAttention(BaseModule):
                  attn_drop: float,
                  proj_drop: float,
                  impl: str,
-                 recompute: bool = True,
+                 recompute: bool = False,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self.sr_ratio, self.pool_size = _check_pooling(sr_ratio, pool_size)

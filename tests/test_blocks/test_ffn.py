@@ -75,10 +75,10 @@ def test_hw_shape_must_match_tokens():
 
 
 def test_recompute_gives_the_same_step():
-    """recompute=True (default) keeps fewer tensors for backward but gives
+    """recompute=True keeps fewer tensors for backward but gives
     the same outputs, gradients and BatchNorm statistics, dropout included."""
     torch.manual_seed(0)
-    fast = LeFFN(16, 2, ffn_drop=0.1).train()
+    fast = LeFFN(16, 2, ffn_drop=0.1, recompute=True).train()
     plain = copy.deepcopy(fast)
     plain.recompute = False
     x = torch.randn(2, 16 * 16, 16)
@@ -111,7 +111,7 @@ def test_recompute_saves_less():
             return self.ffn(x, (16, 16)).mean(1)
 
     torch.manual_seed(0)
-    fast = LeFFN(16, 2, ffn_drop=0.1)
+    fast = LeFFN(16, 2, ffn_drop=0.1, recompute=True)
     plain = copy.deepcopy(fast)
     plain.recompute = False
     saved = [

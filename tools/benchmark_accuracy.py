@@ -1,41 +1,59 @@
-"""Train and test the LeCT report's model set on Fashion-MNIST; write a table.
+"""Train and test the LeCT report's model set on Fashion-MNIST; write a report.
 
-Every model is trained by ``tools/train.py`` (mmpretrain's runner, the path
-a user's run takes) and its last checkpoint tested on the 10,000 test images
-by ``tools/test.py``, one after the other, under identical settings. The
-result is ``<out-dir>/fashion_mnist_<protocol>.md`` (top-1, top-5, params,
-FLOPs, images/s, training time, epochs, resolution, seed, commit) and
-``<out-dir>/fashion_mnist_<protocol>.png`` (validation top-1 and training
-loss per epoch of all models).
+Every run is ``tools/train.py`` (mmpretrain's runner, the path a user's run
+takes) followed by ``tools/test.py`` of its last checkpoint on the 10,000
+test images, one after the other, under identical settings. A run is one
+(model, training-set size, seed):
+
+- ``--seeds 0 1 2`` repeats each model with other seeds (``randomness.seed``:
+  initialisation, shuffling, augmentation, dropout), so that the report can
+  say which differences exceed the spread between seeds;
+- ``--train-images 1000 3000`` trains on the first N training images for
+  the same number of optimizer steps as the protocol's own size (more
+  epochs, validation and checkpoints at the same number of points), so that
+  accuracy can be read against training-set size at equal compute.
+
+The report, ``<out-dir>/fashion_mnist_<protocol>.md``, is built from every
+finished run under the work dir (whichever command ran it): the seeds table
+(mean ± standard deviation of top-1 at the protocol's size), the pairs the
+LeCT report ranks with whether each difference exceeds the seeds' spread,
+accuracy against training-set size, and three plots: convergence
+(``.png``), data efficiency (``_data_efficiency.png``) and accuracy against
+training time (``_cost.png``).
 
 Protocols (configs in ``configs/fashion_mnist/``):
 
-- ``cpu``: ``*_fashion_mnist_cpu.py``. 64x64 input, 10,000 training
-  images, RandomCrop + flip, 8 epochs; fits a 2-core CPU. CCT-7/3x1 runs at
-  its native 32x32 and is left out of the default set (``--models`` adds it).
+- ``cpu``: ``*_fashion_mnist_cpu.py``. 64x64 input, the first 10,000
+  training images, RandomCrop + flip, 8 epochs (1,256 steps of batch 64);
+  fits a 2-core CPU. CCT-7/3x1 runs at its native 32x32 and is left out of
+  the default set (``--models`` adds it).
 - ``gpu``: ``*_fashion_mnist.py``. The report's 224x224 input and
   augmentation (RandAugment) on all 60,000 training images, 5 epochs, bf16
   (``--amp``); models in the order LeCT v1, ResNet, then the rest.
 
-The run can be interrupted at any point: a model with a ``result.json`` in
-its work dir is not run again, and an unfinished model resumes from its last
+The runs can be interrupted at any point: a run with a ``result.json`` in
+its work dir is not run again, and an unfinished run resumes from its last
 checkpoint (``tools/train.py --resume``).
 
 Example::
 
     apt-get install -y dataset-fashion-mnist
     python tools/benchmark_accuracy.py --protocol cpu
+    python tools/benchmark_accuracy.py --protocol cpu --seeds 0 1 2 \\
+        --models lect_v1 lect_v3 resnet ceit_gap vit lect_v1_ablation
 """
 import argparse
 import datetime
 import json
+import math
 import os
 import os.path as osp
 import platform
+import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG_DIR = osp.join(REPO, 'configs', 'fashion_mnist')
@@ -46,6 +64,7 @@ MODELS = {
     'resnet': 'ResNet',
     'lect_v2': 'LeCT v2',
     'lect_v3': 'LeCT v3',
+    'lect_v1_ablation': 'LeCT (v1) ablation',
     'ceit_gap': 'CeiT (GAP head)',
     'ceit_ref': "CeiT (author's file)",
     'convnext': 'ConvNeXt',
@@ -53,10 +72,26 @@ MODELS = {
     'cct_7_3x1': 'CCT-7/3x1',
 }
 
+#: The LeCT report's top-1 (%) on CIFAR-100, CIFAR-10 and STL10: Table 2,
+#: and Table 3 for the ablation (LeCT v1 without the convolutional skip,
+#: parallel q/k/v). The report has one CeiT row, with a GAP head.
+REPORT_TOP1 = {
+    'lect_v1': (76.53, 94.41, 82.94),
+    'lect_v2': (74.46, 93.97, 82.93),
+    'lect_v3': (76.50, 94.40, 83.47),
+    'lect_v1_ablation': (71.68, 92.31, 79.88),
+    'ceit_gap': (74.98, 93.82, 80.53),
+    'resnet': (69.68, 92.83, 79.91),
+    'convnext': (71.84, 93.52, 73.95),
+    'vit': (59.46, 79.53, 61.78),
+}
+
 PROTOCOLS = {
     'cpu': dict(
         suffix='_fashion_mnist_cpu.py',
-        models=[m for m in MODELS if m != 'cct_7_3x1'],
+        models=[
+            m for m in MODELS if m not in ('cct_7_3x1', 'lect_v1_ablation')
+        ],
         train_args=[],
         summary='64x64 input (CCT: 32x32), the first 10,000 training images, '
         'RandomCrop(padding 4) + flip, batch 64, 8 epochs of the report\'s '
@@ -64,7 +99,7 @@ PROTOCOLS = {
         'epoch, final test on all 10,000.'),
     'gpu': dict(
         suffix='_fashion_mnist.py',
-        models=list(MODELS),
+        models=[m for m in MODELS if m != 'lect_v1_ablation'],
         train_args=['--amp'],
         summary='the report\'s 224x224 input (CCT: 32x32) and augmentation '
         '(RandomCrop + flip + RandAugment, resize on the device) on all '
@@ -105,28 +140,106 @@ def input_size(cfg) -> int:
     return 28
 
 
-def describe(config: str, cfg_options: Optional[dict]) -> dict:
-    """Params, FLOPs (one image), input size, epochs, training images and
-    seed of a config."""
+def parse_cfg_options(items: Optional[Sequence[str]]) -> dict:
+    """``KEY=VALUE`` strings as mmengine's ``--cfg-options`` parses them."""
+    from mmengine.config import DictAction
+    parsed = {}
+    for item in items or ():
+        key, value = item.split('=', 1)
+        parsed[key] = DictAction._parse_iterable(value)
+    return parsed
+
+
+def load_config(config: str, options: Optional[dict] = None):
+    """The config with ``options`` merged in."""
     from mmengine.config import Config
+    cfg = Config.fromfile(config)
+    if options:
+        cfg.merge_from_dict(options)
+    return cfg
+
+
+def train_set_size(cfg) -> int:
+    """Images of the training set (``indices`` applied)."""
     from mmpretrain.registry import DATASETS
 
-    from lect_mm.analysis import build_model, count_flops, count_params
+    import lect_mm  # noqa: F401  (registers FashionMNISTIdx)
+    return len(
+        DATASETS.build(
+            dict(cfg.train_dataloader.dataset, pipeline=[],
+                 lazy_init=False)))
 
-    cfg = Config.fromfile(config)
-    if cfg_options:
-        cfg.merge_from_dict(cfg_options)
+
+def iters_per_epoch(images: int, batch_size: int, drop_last: bool) -> int:
+    """Optimizer steps of one epoch over ``images`` on one process."""
+    return images // batch_size if drop_last else math.ceil(
+        images / batch_size)
+
+
+class Schedule(NamedTuple):
+    """The schedule of one training-set size at the protocol's steps."""
+    train_images: int
+    epochs: int
+    steps: int
+    val_interval: int
+
+
+def schedule_for(cfg, base_images: int, train_images: int) -> Schedule:
+    """Epochs for ``train_images`` with the steps of the protocol's run.
+
+    The protocol trains ``max_epochs`` over ``base_images``; a size of
+    ``train_images`` gets the epoch count whose steps come closest, and
+    validates (and saves) every ``round(epochs / max_epochs)`` epochs, so
+    every size is validated about as often.
+    """
+    loader = cfg.train_dataloader
+    batch, drop_last = loader.batch_size, loader.get('drop_last', False)
+    base_epochs = int(cfg.train_cfg.max_epochs)
+    base_steps = base_epochs * iters_per_epoch(base_images, batch, drop_last)
+    per_epoch = iters_per_epoch(train_images, batch, drop_last)
+    if per_epoch == 0:
+        raise ValueError(
+            f'--train-images {train_images} is smaller than one batch of '
+            f'{batch} with drop_last=True: no training step.')
+    if train_images == base_images:
+        return Schedule(train_images, base_epochs, base_steps,
+                        int(cfg.train_cfg.get('val_interval', 1)))
+    epochs = max(1, math.floor(base_steps / per_epoch + 0.5))
+    return Schedule(train_images, epochs, epochs * per_epoch,
+                    max(1, math.floor(epochs / base_epochs + 0.5)))
+
+
+def schedule_options(schedule: Schedule) -> List[str]:
+    """The ``--cfg-options`` that train on ``schedule``."""
+    return [
+        f'train_dataloader.dataset.indices={schedule.train_images}',
+        f'train_cfg.max_epochs={schedule.epochs}',
+        f'train_cfg.val_interval={schedule.val_interval}',
+        f'default_hooks.checkpoint.interval={schedule.val_interval}',
+    ]
+
+
+class Run(NamedTuple):
+    """One training run of the report."""
+    model: str
+    train_images: int
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f'{self.model}/n{self.train_images}_seed{self.seed}'
+
+
+def describe(config: str, options: Optional[dict]) -> dict:
+    """Params and FLOPs (one image) of a config's model, and its input
+    size."""
+    from lect_mm.analysis import build_model, count_flops, count_params
+    cfg = load_config(config, options)
     size = input_size(cfg)
-    model = build_model(config, cfg_options)
-    train_set = DATASETS.build(
-        dict(cfg.train_dataloader.dataset, pipeline=[], lazy_init=False))
-    return dict(
-        params=count_params(model),
-        flops=count_flops(model, (3, size, size)),
-        resolution=size,
-        epochs=int(cfg.train_cfg.max_epochs),
-        train_images=len(train_set),
-        seed=cfg.get('randomness', {}).get('seed'))
+    model = build_model(config, options)
+    return dict(params=count_params(model),
+                flops=count_flops(model, (3, size, size)),
+                resolution=size)
 
 
 def _cfg_args(cfg_options: Optional[Sequence[str]]) -> List[str]:
@@ -182,20 +295,23 @@ def last_checkpoint(work_dir: str) -> str:
         return f.read().strip()
 
 
-def run_model(protocol: str, model: str, work_root: str,
-              cfg_options: Optional[Sequence[str]],
-              parsed_options: Optional[dict]) -> dict:
-    """Train and test one model unless its ``result.json`` exists."""
-    work_dir = osp.join(work_root, model)
+def run_one(protocol: str, run: Run, schedule: Schedule, work_root: str,
+            cfg_options: Sequence[str]) -> dict:
+    """Train and test one run unless its ``result.json`` exists."""
+    work_dir = osp.join(work_root, run.name)
     result_path = osp.join(work_dir, 'result.json')
     if osp.isfile(result_path):
         with open(result_path) as f:
             result = json.load(f)
-        print(f'[{model}] done earlier: top-1 {result["top1"]:.2f}')
+        print(f'[{run.name}] done earlier: top-1 {result["top1"]:.2f}')
         return result
     os.makedirs(work_dir, exist_ok=True)
-    config = config_path(protocol, model)
+    config = config_path(protocol, run.model)
     log_path = osp.join(work_dir, 'benchmark.log')
+    options = [
+        *cfg_options, f'randomness.seed={run.seed}',
+        *schedule_options(schedule)
+    ]
 
     # Seconds of training, summed over interrupted attempts.
     times_path = osp.join(work_dir, 'train_seconds.json')
@@ -206,9 +322,9 @@ def run_model(protocol: str, model: str, work_root: str,
     train_cmd = [
         sys.executable, 'tools/train.py', config, '--work-dir', work_dir,
         '--resume', *PROTOCOLS[protocol]['train_args'],
-        *_cfg_args(cfg_options)
+        *_cfg_args(options)
     ]
-    print(f'[{model}] training: {" ".join(train_cmd[1:])}')
+    print(f'[{run.name}] training: {" ".join(train_cmd[1:])}')
     try:
         seconds.append(_run(train_cmd, log_path))
     except RunFailed as e:
@@ -223,18 +339,18 @@ def run_model(protocol: str, model: str, work_root: str,
     test_cmd = [
         sys.executable, 'tools/test.py', config, checkpoint, '--work-dir',
         osp.join(work_dir, 'test'), '--out', metrics_path, '--out-item',
-        'metrics', *_cfg_args(cfg_options)
+        'metrics', *_cfg_args(options)
     ]
-    print(f'[{model}] testing: {" ".join(test_cmd[1:])}')
+    print(f'[{run.name}] testing: {" ".join(test_cmd[1:])}')
     _run(test_cmd, log_path)
     with open(metrics_path) as f:
         metrics = json.load(f)
 
-    info = describe(config, parsed_options)
+    info = describe(config, parse_cfg_options(options))
     train_seconds = sum(seconds)
     result = dict(
-        model=model,
-        label=MODELS[model],
+        model=run.model,
+        label=MODELS[run.model],
         config=osp.relpath(config, REPO),
         checkpoint=osp.relpath(checkpoint, REPO)
         if checkpoint.startswith(REPO) else checkpoint,
@@ -242,21 +358,139 @@ def run_model(protocol: str, model: str, work_root: str,
         top5=float(metrics['accuracy/top5']),
         train_seconds=train_seconds,
         train_attempts=len(seconds),
-        images_per_s=info['epochs'] * info['train_images'] / train_seconds,
+        images_per_s=schedule.epochs * schedule.train_images / train_seconds,
+        steps_per_s=schedule.steps / train_seconds,
         commit=git_commit(),
+        seed=run.seed,
+        train_images=schedule.train_images,
+        epochs=schedule.epochs,
+        steps=schedule.steps,
+        val_interval=schedule.val_interval,
+        work_dir=osp.relpath(work_dir, work_root),
         **info)
     with open(result_path, 'w') as f:
         json.dump(result, f, indent=1)
-    print(f'[{model}] top-1 {result["top1"]:.2f}, top-5 '
+    print(f'[{run.name}] top-1 {result["top1"]:.2f}, top-5 '
           f'{result["top5"]:.2f}, {train_seconds / 60:.1f} min')
     return result
 
 
+def collect_results(work_root: str) -> List[dict]:
+    """Every finished run under ``work_root`` (``*/*/result.json``)."""
+    results = []
+    for model in sorted(os.listdir(work_root)):
+        model_dir = osp.join(work_root, model)
+        if not osp.isdir(model_dir):
+            continue
+        for name in sorted(os.listdir(model_dir)):
+            path = osp.join(model_dir, name, 'result.json')
+            if osp.isfile(path):
+                with open(path) as f:
+                    results.append(json.load(f))
+    return results
+
+
+# ----------------------------------------------------------------- report
+def mean_sd(values: Sequence[float]) -> Tuple[float, Optional[float]]:
+    """Mean and sample standard deviation (None for one value)."""
+    mean = statistics.fmean(values)
+    return mean, (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def fmt_mean_sd(values: Sequence[float]) -> str:
+    mean, sd = mean_sd(values)
+    return f'{mean:.2f}' if sd is None else f'{mean:.2f} ± {sd:.2f}'
+
+
+def report_ranked_pairs(models: Sequence[str]) -> List[Tuple[str, str]]:
+    """Pairs ``(a, b)`` among ``models`` that the LeCT report ranks: ``a``
+    above ``b`` on all three of its data sets (:data:`REPORT_TOP1`)."""
+    known = [m for m in models if m in REPORT_TOP1]
+    pairs = []
+    for a in known:
+        for b in known:
+            if a != b and all(x > y for x, y in zip(REPORT_TOP1[a],
+                                                    REPORT_TOP1[b])):
+                pairs.append((a, b))
+    return pairs
+
+
+def compare_pairs(by_model: Dict[str, List[dict]]) -> List[dict]:
+    """For each pair the report ranks, our mean difference and whether it
+    exceeds the seeds' spread (the two standard deviations added: the
+    mean ± SD intervals do not overlap)."""
+    rows = []
+    for a, b in report_ranked_pairs(list(by_model)):
+        top_a = [r['top1'] for r in by_model[a]]
+        top_b = [r['top1'] for r in by_model[b]]
+        (mean_a, sd_a), (mean_b, sd_b) = mean_sd(top_a), mean_sd(top_b)
+        report_diff = statistics.fmean(
+            x - y for x, y in zip(REPORT_TOP1[a], REPORT_TOP1[b]))
+        diff = mean_a - mean_b
+        spread = None if sd_a is None or sd_b is None else sd_a + sd_b
+        if spread is None:
+            verdict = 'one seed: cannot tell'
+        elif abs(diff) <= spread:
+            verdict = 'no: within the spread'
+        elif diff > 0:
+            verdict = 'yes, as the report'
+        else:
+            verdict = 'yes, against the report'
+        rows.append(dict(a=a, b=b, report_diff=report_diff, diff=diff,
+                         spread=spread, verdict=verdict,
+                         seeds=min(len(top_a), len(top_b))))
+    return rows
+
+
+def plot_data_efficiency(sizes_by_model: Dict[str, Dict[int, List[float]]],
+                         out_png: str, title: str) -> None:
+    """Top-1 (mean ± SD over seeds) against training-set size."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(6.4, 4.4), dpi=100)
+    ax = fig.subplots()
+    for i, (model, sizes) in enumerate(sizes_by_model.items()):
+        xs = sorted(sizes)
+        stats = [mean_sd(sizes[n]) for n in xs]
+        ax.errorbar(xs, [m for m, _ in stats],
+                    yerr=[sd or 0.0 for _, sd in stats], marker='o',
+                    capsize=3, color=f'C{i % 10}', label=MODELS[model])
+    ax.set_xscale('log')
+    ax.set_xlabel('training images (equal optimizer steps)')
+    ax.set_ylabel('test top-1 (%)')
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png)
+
+
+def plot_cost(by_model: Dict[str, List[dict]], out_png: str,
+              title: str) -> None:
+    """Top-1 against training time: one point per run, the mean marked."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(6.4, 4.4), dpi=100)
+    ax = fig.subplots()
+    for i, (model, runs) in enumerate(by_model.items()):
+        color = f'C{i % 10}'
+        minutes = [r['train_seconds'] / 60 for r in runs]
+        top1 = [r['top1'] for r in runs]
+        ax.scatter(minutes, top1, color=color, alpha=0.45, s=18)
+        ax.scatter([statistics.fmean(minutes)], [statistics.fmean(top1)],
+                   color=color, marker='D', s=40, label=MODELS[model])
+    ax.set_xlabel('training time (min, this machine)')
+    ax.set_ylabel('test top-1 (%)')
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png)
+
+
 def plot(results: List[dict], work_root: str, out_png: str) -> str:
-    """Convergence plot of all models; returns the per-model summary."""
+    """Convergence plot of the given runs; returns the per-run summary."""
     cmd = [
         sys.executable, 'tools/analysis_tools/plot_convergence.py',
-        *[osp.join(work_root, r['model']) for r in results], '--labels',
+        *[osp.join(work_root, r['work_dir']) for r in results], '--labels',
         *[r['label'] for r in results], '--metric', 'accuracy/top1',
         '--threshold', '80', '--out', out_png, '--title',
         'Fashion-MNIST: validation top-1 and training loss per epoch'
@@ -283,56 +517,187 @@ def machine() -> str:
             f'{torch.__version__}')
 
 
-def write_table(protocol: str, results: List[dict], convergence: str,
-                out_md: str, out_png: str, command: str,
-                wall_seconds: Optional[float]) -> str:
-    """Write the markdown report; returns its text."""
+def _group(results: List[dict], key) -> Dict:
+    groups: Dict = {}
+    for r in results:
+        groups.setdefault(key(r), []).append(r)
+    return groups
+
+
+def seeds_table(by_model: Dict[str, List[dict]]) -> List[str]:
+    seeds = sorted({r['seed'] for runs in by_model.values() for r in runs})
     rows = [
-        '| model | top-1 | top-5 | params (M) | FLOPs (G) | resolution | '
-        'epochs | train images | training time (min) | images/s | seed |',
-        '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+        '| model | top-1, mean ± SD | ' +
+        ' | '.join(f'seed {s}' for s in seeds) +
+        ' | top-5, mean | params (M) | FLOPs (G) | training time (min) | '
+        'images/s |',
+        '|---|---:|' + '---:|' * len(seeds) + '---:|---:|---:|---:|---:|',
     ]
-    for r in sorted(results, key=lambda r: -r['top1']):
+    ranked = sorted(by_model.items(),
+                    key=lambda kv: -mean_sd([r['top1'] for r in kv[1]])[0])
+    for model, runs in ranked:
+        per_seed = {r['seed']: r['top1'] for r in runs}
         rows.append(
-            f'| {r["label"]} | {r["top1"]:.2f} | {r["top5"]:.2f} | '
-            f'{r["params"] / 1e6:.4f} | {r["flops"] / 1e9:.4f} | '
-            f'{r["resolution"]}² | {r["epochs"]} | {r["train_images"]:,} | '
-            f'{r["train_seconds"] / 60:.1f} | {r["images_per_s"]:.0f} | '
-            f'{r["seed"]} |')
+            f'| {MODELS[model]} | {fmt_mean_sd([r["top1"] for r in runs])} '
+            '| ' + ' | '.join(
+                f'{per_seed[s]:.2f}' if s in per_seed else '—'
+                for s in seeds) +
+            f' | {statistics.fmean(r["top5"] for r in runs):.2f} | '
+            f'{runs[0]["params"] / 1e6:.4f} | '
+            f'{runs[0]["flops"] / 1e9:.4f} | '
+            f'{statistics.fmean(r["train_seconds"] for r in runs) / 60:.1f} '
+            f'| {statistics.fmean(r["images_per_s"] for r in runs):.0f} |')
+    return rows
+
+
+def pairs_table(pairs: List[dict]) -> List[str]:
+    rows = [
+        '| the report ranks | report: mean difference (3 data sets) | '
+        'here: difference of means | seeds\' spread (SD + SD) | '
+        'difference beyond the spread? |',
+        '|---|---:|---:|---:|---|',
+    ]
+    for p in pairs:
+        spread = '—' if p['spread'] is None else f'{p["spread"]:.2f}'
+        rows.append(
+            f'| {MODELS[p["a"]]} > {MODELS[p["b"]]} | '
+            f'{p["report_diff"]:+.2f} | {p["diff"]:+.2f} | {spread} | '
+            f'{p["verdict"]} |')
+    return rows
+
+
+def data_efficiency_table(sizes_by_model: Dict[str, Dict[int, List[float]]],
+                          results: List[dict]) -> List[str]:
+    sizes = sorted({n for s in sizes_by_model.values() for n in s})
+    schedule = {r['train_images']: (r['epochs'], r['steps'])
+                for r in results}
+    rows = [
+        '| model | ' + ' | '.join(
+            f'{n:,} images ({schedule[n][0]} epochs, {schedule[n][1]:,} '
+            'steps)' for n in sizes) + ' |',
+        '|---|' + '---:|' * len(sizes),
+    ]
+    for model, by_size in sizes_by_model.items():
+        rows.append(f'| {MODELS[model]} | ' + ' | '.join(
+            fmt_mean_sd(by_size[n]) + (f' ({len(by_size[n])})' if len(
+                by_size[n]) > 1 else '') if n in by_size else '—'
+            for n in sizes) + ' |')
+    return rows
+
+
+def write_report(protocol: str, results: List[dict], base_images: int,
+                 convergence: Optional[str], out_dir: str,
+                 commands: Sequence[str]) -> str:
+    """Write ``fashion_mnist_<protocol>.md`` and its plots; returns the
+    text."""
+    os.makedirs(out_dir, exist_ok=True)
+    stem = f'fashion_mnist_{protocol}'
+    base = [r for r in results if r['train_images'] == base_images]
+    by_model = {
+        m: sorted(runs, key=lambda r: r['seed'])
+        for m, runs in sorted(_group(base, lambda r: r['model']).items(),
+                              key=lambda kv: list(MODELS).index(kv[0]))
+    }
+    sizes_by_model: Dict[str, Dict[int, List[float]]] = {}
+    for r in sorted(results, key=lambda r: list(MODELS).index(r['model'])):
+        sizes_by_model.setdefault(r['model'], {}).setdefault(
+            r['train_images'], []).append(r['top1'])
+    several_sizes = {
+        m: s for m, s in sizes_by_model.items() if len(s) > 1
+    }
     commits = sorted({r['commit'] for r in results})
     total = sum(r['train_seconds'] for r in results)
+    one = base[0] if base else results[0]
     lines = [
         f'# Fashion-MNIST, `{protocol}` protocol',
         '',
         f'Protocol: {PROTOCOLS[protocol]["summary"]}',
         '',
-        f'Command: `{command}`',
+        'Commands (each run is skipped once its result exists, so they can '
+        'be re-run in any order and after any interruption):',
+        '',
+        '```bash',
+        *commands,
+        '```',
         '',
         f'Measured on: {machine()}; commit {", ".join(commits)}; '
-        f'{datetime.date.today().isoformat()}.',
+        f'{datetime.date.today().isoformat()}. {len(results)} runs, '
+        f'{total / 3600:.1f} h of training in all.',
         '',
         'Top-1/top-5: the last checkpoint on the 10,000 test images '
-        '(`tools/test.py`). Training time: wall time of `tools/train.py` '
-        '(start-up and per-epoch validation included); images/s = epochs x '
-        'training images / training time. FLOPs: one image at the '
-        'resolution, one multiply-add = one FLOP, attention counted.',
+        '(`tools/test.py`). A seed sets initialisation, shuffling, '
+        'augmentation and dropout (`randomness.seed`). Training time: wall '
+        'time of `tools/train.py` (start-up and validation included); '
+        'images/s = epochs x training images / training time. FLOPs: one '
+        f'image at {one["resolution"]}², one multiply-add = one FLOP, '
+        'attention counted.',
         '',
-        *rows,
+        f'## Seeds: {base_images:,} training images',
         '',
-        f'Training time of all models: {total / 60:.1f} min' +
-        (f'; the whole command: {wall_seconds / 60:.1f} min.'
-         if wall_seconds else '.'),
-        '',
-        f'![convergence]({osp.basename(out_png)})',
-        '',
-        'Validation top-1 (2,000 test images in the `cpu` protocol) per '
-        'epoch:',
-        '',
-        convergence,
+        *seeds_table(by_model),
         '',
     ]
+    pairs = compare_pairs(by_model)
+    if pairs:
+        lines += [
+            '## The pairs the LeCT report ranks',
+            '',
+            'A pair is ranked when the report puts one model above the other '
+            'on all three of its data sets (Table 2, Table 3 for the '
+            'ablation). A difference here exceeds the spread when it is '
+            'larger than the two models\' standard deviations over seeds '
+            'added together (their mean ± SD intervals do not overlap).',
+            '',
+            *pairs_table(pairs),
+            '',
+        ]
+    if several_sizes:
+        eff_png = stem + '_data_efficiency.png'
+        plot_data_efficiency(
+            several_sizes, osp.join(out_dir, eff_png),
+            f'Fashion-MNIST `{protocol}`: top-1 against training-set size')
+        lines += [
+            '## Data efficiency: the first N training images, equal steps',
+            '',
+            'Each size trains for the optimizer steps of the '
+            f'{base_images:,}-image run (more epochs on fewer images; '
+            'validation and checkpoints about as often); top-1 mean ± SD, '
+            'the number of seeds in parentheses when more than one.',
+            '',
+            *data_efficiency_table(several_sizes, results),
+            '',
+            f'![data efficiency]({eff_png})',
+            '',
+        ]
+    if by_model:
+        cost_png = stem + '_cost.png'
+        plot_cost(by_model, osp.join(out_dir, cost_png),
+                  f'Fashion-MNIST `{protocol}`, {base_images:,} images: '
+                  'top-1 against training time')
+        lines += [
+            '## Accuracy against training time',
+            '',
+            f'Each run at {base_images:,} training images is a point, the '
+            'diamond is the model\'s mean.',
+            '',
+            f'![cost]({cost_png})',
+            '',
+        ]
+    if convergence:
+        lines += [
+            '## Convergence',
+            '',
+            f'![convergence]({stem}.png)',
+            '',
+            f'Validation top-1 per epoch of the first seed at '
+            f'{base_images:,} images (2,000 test images in the `cpu` '
+            'protocol):',
+            '',
+            convergence,
+            '',
+        ]
     text = '\n'.join(lines)
-    with open(out_md, 'w') as f:
+    with open(osp.join(out_dir, stem + '.md'), 'w') as f:
         f.write(text)
     return text
 
@@ -340,7 +705,7 @@ def write_table(protocol: str, results: List[dict], convergence: str,
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description='Train and test the report\'s model set on '
-        'Fashion-MNIST and write the results table')
+        'Fashion-MNIST and write the results report')
     parser.add_argument(
         '--protocol', choices=sorted(PROTOCOLS), required=True,
         help='cpu: 64x64, 10k images, 8 epochs; gpu: the report\'s 224x224 '
@@ -349,57 +714,94 @@ def parse_args(argv=None):
         '--models', nargs='+', choices=list(MODELS),
         help='models to run, in this order (default: the protocol\'s set)')
     parser.add_argument(
+        '--seeds', nargs='+', type=int,
+        help='run every model with each of these seeds (default: the '
+        'config\'s randomness.seed)')
+    parser.add_argument(
+        '--train-images', nargs='+', type=int,
+        help='run every model on the first N training images for each N, '
+        'with the optimizer steps of the protocol\'s own size (default: '
+        'the protocol\'s size only)')
+    parser.add_argument(
         '--work-dir',
-        help='root of the per-model work dirs; default '
+        help='root of the runs\' work dirs; default '
         'work_dirs/fashion_mnist_<protocol>')
     parser.add_argument(
         '--out-dir', default=osp.join(REPO, 'docs', 'results'),
-        help='where the markdown table and the plot go')
+        help='where the markdown report and the plots go')
     parser.add_argument(
         '--cfg-options', nargs='+', metavar='KEY=VALUE',
-        help='passed to tools/train.py and tools/test.py of every model')
-    return parser.parse_args(argv)
+        help='passed to tools/train.py and tools/test.py of every run')
+    parser.add_argument(
+        '--report-only', action='store_true',
+        help='run nothing; write the report of the finished runs')
+    args = parser.parse_args(argv)
+    for n in args.train_images or ():
+        if n < 1:
+            parser.error(f'--train-images: {n} is not a positive count')
+    return args
+
+
+def record_command(work_root: str, command: str) -> List[str]:
+    """Append ``command`` to the work dir's list of commands (once)."""
+    path = osp.join(work_root, 'commands.json')
+    commands = []
+    if osp.isfile(path):
+        with open(path) as f:
+            commands = json.load(f)
+    if command not in commands:
+        commands.append(command)
+        with open(path, 'w') as f:
+            json.dump(commands, f, indent=1)
+    return commands
 
 
 def main(argv=None) -> Dict[str, dict]:
     args = parse_args(argv)
-    start = time.perf_counter()
     models = args.models or PROTOCOLS[args.protocol]['models']
     work_root = osp.abspath(
         args.work_dir
         or osp.join(REPO, 'work_dirs', f'fashion_mnist_{args.protocol}'))
-    parsed_options = None
-    if args.cfg_options:
-        from mmengine.config import DictAction
-        parsed_options = {}
-        for item in args.cfg_options:
-            key, value = item.split('=', 1)
-            parsed_options[key] = DictAction._parse_iterable(value)
     os.makedirs(work_root, exist_ok=True)
-    wall_path = osp.join(work_root, 'wall_seconds.json')
-    earlier = 0.0
-    if osp.isfile(wall_path):
-        with open(wall_path) as f:
-            earlier = json.load(f)
-    results = {}
-    try:
-        for model in models:
-            results[model] = run_model(args.protocol, model, work_root,
-                                       args.cfg_options, parsed_options)
-    finally:
-        with open(wall_path, 'w') as f:
-            json.dump(earlier + time.perf_counter() - start, f)
-    with open(wall_path) as f:
-        wall = json.load(f)
+    options = list(args.cfg_options or [])
+    parsed = parse_cfg_options(options)
+    # The protocol's schedule and size, read from its first model's config.
+    cfg = load_config(config_path(args.protocol, models[0]), parsed)
+    base_images = train_set_size(cfg)
+    seeds = args.seeds or [int(cfg.get('randomness', {}).get('seed') or 0)]
+    sizes = args.train_images or [base_images]
+    schedules = {n: schedule_for(cfg, base_images, n) for n in sizes}
 
-    os.makedirs(args.out_dir, exist_ok=True)
-    stem = osp.join(args.out_dir, f'fashion_mnist_{args.protocol}')
-    ordered = [results[m] for m in models]
-    convergence = plot(ordered, work_root, stem + '.png')
     command = 'python tools/benchmark_accuracy.py ' + ' '.join(
         sys.argv[1:] if argv is None else argv)
-    text = write_table(args.protocol, ordered, convergence, stem + '.md',
-                       stem + '.png', command, wall)
+    commands = [c for c in record_command(work_root, command)
+                if '--report-only' not in c]
+    results = {}
+    if not args.report_only:
+        for n in sizes:
+            for seed in seeds:
+                for model in models:
+                    run = Run(model, n, seed)
+                    results[run.name] = run_one(args.protocol, run,
+                                                schedules[n], work_root,
+                                                options)
+
+    finished = collect_results(work_root)
+    if not finished:
+        raise SystemExit(f'no finished run under {work_root}')
+    first_seed = min(r['seed'] for r in finished)
+    convergence_runs = sorted(
+        (r for r in finished
+         if r['train_images'] == base_images and r['seed'] == first_seed),
+        key=lambda r: list(MODELS).index(r['model']))
+    convergence = None
+    os.makedirs(args.out_dir, exist_ok=True)
+    if convergence_runs:
+        convergence = plot(
+            convergence_runs, work_root,
+            osp.join(args.out_dir, f'fashion_mnist_{args.protocol}.png'))
+    text = write_report(args.protocol, finished, base_images, convergence,
+                        args.out_dir, commands)
     print(text)
     return results
 

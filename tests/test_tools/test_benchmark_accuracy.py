@@ -1,13 +1,21 @@
-"""tools/benchmark_accuracy.py: configs per protocol, resumable runs, table.
+"""tools/benchmark_accuracy.py: configs per protocol, seeds, training-set
+sizes at equal steps, resumable runs and the report.
 
-Training itself is stubbed here (each model trains one iteration in
-tests/test_configs); the stub writes what tools/train.py and tools/test.py
-write, so the orchestration, resumption and report are checked for real.
+The orchestration is checked twice: with stand-ins for the tool's
+subprocesses (fast, every branch), and with real trainings of a small model
+on tiny generated Fashion-MNIST files, run in this process (seeds, sizes,
+an interruption and the resumption after it).
 """
 import json
+import os
 import os.path as osp
+import time
 
+import numpy as np
 import pytest
+import torch
+
+from lect_mm.datasets.fashion_mnist import write_idx
 
 
 @pytest.fixture(scope='module')
@@ -23,6 +31,19 @@ def test_every_model_has_a_config(ba):
         assert ba.PROTOCOLS[protocol]['models'][:2] == ['lect_v1', 'resnet']
 
 
+def test_ablation_config_differs_in_the_attention_only(ba):
+    from mmengine.config import Config
+    plain = Config.fromfile(ba.config_path('cpu', 'lect_v1'))
+    ablated = Config.fromfile(ba.config_path('cpu', 'lect_v1_ablation'))
+    attn = ablated.model.backbone.pop('attn_cfg')
+    assert [a['sr_ratio'] for a in attn] == [
+        a['sr_ratio'] for a in plain.model.backbone.pop('attn_cfg')
+    ]
+    assert all(not a['conv_skip'] and a['qkv_mode'] == 'parallel'
+               for a in attn)
+    assert ablated.to_dict() == plain.to_dict()
+
+
 def test_describe_counts_the_protocol_model(ba):
     from mmengine.config import Config
     cfg = Config.fromfile(ba.config_path('cpu', 'lect_v1'))
@@ -33,6 +54,57 @@ def test_describe_counts_the_protocol_model(ba):
     assert ba.input_size(cfg) == 32
 
 
+def test_smaller_sets_train_for_the_same_steps(ba):
+    cfg = ba.load_config(ba.config_path('cpu', 'resnet'))
+    # the protocol: 8 epochs of ceil(10,000 / 64) = 157 steps
+    assert ba.schedule_for(cfg, 10_000, 10_000) == (10_000, 8, 1256, 1)
+    # 16 steps per epoch: 78.5 -> 79 epochs, validated every 10
+    assert ba.schedule_for(cfg, 10_000, 1_000) == (1_000, 79, 1264, 10)
+    assert ba.schedule_for(cfg, 10_000, 3_000) == (3_000, 27, 1269, 3)
+    assert ba.schedule_options(ba.schedule_for(cfg, 10_000, 1_000)) == [
+        'train_dataloader.dataset.indices=1000', 'train_cfg.max_epochs=79',
+        'train_cfg.val_interval=10', 'default_hooks.checkpoint.interval=10'
+    ]
+    cfg.train_dataloader.drop_last = True
+    with pytest.raises(ValueError, match='smaller than one batch of 64'):
+        ba.schedule_for(cfg, 10_000, 63)
+
+
+def test_pairs_the_report_ranks(ba):
+    pairs = ba.report_ranked_pairs(list(ba.REPORT_TOP1))
+    # above on all three data sets
+    assert ('lect_v1', 'resnet') in pairs and ('lect_v3', 'ceit_gap') in pairs
+    assert ('lect_v1', 'lect_v1_ablation') in pairs
+    assert ('ceit_gap', 'resnet') in pairs and ('resnet', 'vit') in pairs
+    # v1 and v3 swap places between data sets; so do ResNet and the ablation
+    for a, b in [('lect_v1', 'lect_v3'), ('resnet', 'lect_v1_ablation')]:
+        assert (a, b) not in pairs and (b, a) not in pairs
+
+
+def _runs(model, top1s):
+    return [dict(model=model, seed=s, top1=t) for s, t in enumerate(top1s)]
+
+
+def test_differences_against_the_seeds_spread(ba):
+    rows = ba.compare_pairs({
+        'lect_v1': _runs('lect_v1', [88.0, 88.2, 88.4]),  # SD 0.2
+        'lect_v3': _runs('lect_v3', [88.1, 88.3, 88.5]),
+        'resnet': _runs('resnet', [87.0, 87.1, 87.2]),  # SD 0.1
+        'vit': _runs('vit', [88.0, 88.6, 89.2]),  # SD 0.6
+    })
+    verdicts = {(r['a'], r['b']): r for r in rows}
+    assert verdicts['lect_v1', 'resnet']['verdict'] == 'yes, as the report'
+    assert verdicts['lect_v1', 'resnet']['diff'] == pytest.approx(1.1)
+    assert verdicts['lect_v1', 'resnet']['spread'] == pytest.approx(0.3)
+    assert verdicts['resnet', 'vit']['verdict'] == 'yes, against the report'
+    assert verdicts['lect_v3', 'vit']['verdict'] == 'no: within the spread'
+    assert ('lect_v1', 'lect_v3') not in verdicts
+    one = ba.compare_pairs({'lect_v1': _runs('lect_v1', [88.0]),
+                            'resnet': _runs('resnet', [87.0])})
+    assert one[0]['verdict'] == 'one seed: cannot tell'
+
+
+# ------------------------------------------------ stand-in subprocesses
 class FakeRuns:
     """Stands in for tools/train.py / tools/test.py subprocesses."""
 
@@ -44,8 +116,10 @@ class FakeRuns:
     def __call__(self, cmd, log_path):
         script, config = cmd[1], cmd[2]
         model = osp.basename(config).split('_fashion_mnist')[0]
-        self.calls.append((script, model, cmd))
-        if (script, model) == self.fail_on:
+        seed = int(next(c for c in cmd if c.startswith('randomness.seed='))
+                   .split('=')[1])
+        self.calls.append((script, model, seed, cmd))
+        if (script, model, seed) == self.fail_on:
             raise self.run_failed('killed', 10.0)
         if script == 'tools/train.py':
             work_dir = cmd[cmd.index('--work-dir') + 1]
@@ -53,43 +127,157 @@ class FakeRuns:
                 f.write(osp.join(work_dir, 'epoch_8.pth'))
             return 10.0
         out = cmd[cmd.index('--out') + 1]
-        top1 = 90.0 if model == 'resnet' else 85.0
+        top1 = (90.0 if model == 'resnet' else 85.0) + seed
         with open(out, 'w') as f:
             json.dump({'accuracy/top1': top1, 'accuracy/top5': 99.5}, f)
         return 1.0
 
 
-def test_interrupted_table_continues_where_it_stopped(ba, tmp_path,
-                                                      monkeypatch):
-    fake = FakeRuns(ba.RunFailed, fail_on=('tools/train.py', 'resnet'))
-    monkeypatch.setattr(ba, '_run', fake)
+@pytest.fixture
+def fake_tool(ba, monkeypatch):
     monkeypatch.setattr(ba, 'describe', lambda config, opts: dict(
-        params=1_000_000, flops=50_000_000, resolution=64, epochs=8,
-        train_images=10_000, seed=0))
+        params=1_000_000, flops=50_000_000, resolution=64))
+    monkeypatch.setattr(ba, 'train_set_size', lambda cfg: int(
+        cfg.train_dataloader.dataset.indices))
     monkeypatch.setattr(ba, 'plot', lambda results, root, png: '| table |')
+    fake = FakeRuns(ba.RunFailed)
+    monkeypatch.setattr(ba, '_run', fake)
+    return fake
+
+
+def test_interrupted_runs_continue_where_they_stopped(ba, tmp_path,
+                                                      fake_tool):
+    fake_tool.fail_on = ('tools/train.py', 'resnet', 1)
     args = ['--protocol', 'cpu', '--models', 'lect_v1', 'resnet',
-            '--work-dir', str(tmp_path / 'wd'), '--out-dir',
-            str(tmp_path / 'out')]
+            '--seeds', '0', '1', '--work-dir', str(tmp_path / 'wd'),
+            '--out-dir', str(tmp_path / 'out')]
     with pytest.raises(RuntimeError, match='killed'):
         ba.main(args)
-    assert (tmp_path / 'wd' / 'lect_v1' / 'result.json').is_file()
-    assert not (tmp_path / 'wd' / 'resnet' / 'result.json').exists()
+    done = sorted(p.parent.name for p in (tmp_path / 'wd').glob(
+        '*/*/result.json'))
+    assert done == ['n10000_seed0', 'n10000_seed0', 'n10000_seed1']
 
-    fake.fail_on, fake.calls = None, []
+    fake_tool.fail_on, fake_tool.calls = None, []
     results = ba.main(args)
-    # lect_v1 is not run again; resnet trains (with --resume) and tests
-    assert [(s, m) for s, m, _ in fake.calls] == [
-        ('tools/train.py', 'resnet'), ('tools/test.py', 'resnet')]
-    assert '--resume' in fake.calls[0][2]
+    # only the interrupted run trains again (with --resume) and tests
+    assert [c[:3] for c in fake_tool.calls] == [
+        ('tools/train.py', 'resnet', 1), ('tools/test.py', 'resnet', 1)]
+    assert '--resume' in fake_tool.calls[0][3]
     # the interrupted attempt and the finished one are both counted
-    assert results['resnet']['train_attempts'] == 2
-    assert results['resnet']['train_seconds'] == 20.0
-    assert results['resnet']['images_per_s'] == 8 * 10_000 / 20.0
+    resnet = results['resnet/n10000_seed1']
+    assert resnet['train_attempts'] == 2 and resnet['train_seconds'] == 20.0
+    assert resnet['images_per_s'] == 8 * 10_000 / 20.0
+    assert resnet['steps'] == 1256 and resnet['seed'] == 1
 
     text = (tmp_path / 'out' / 'fashion_mnist_cpu.md').read_text()
-    rows = [ln for ln in text.splitlines() if ln.startswith('| ResNet')
-            or ln.startswith('| LeCT')]
-    # sorted by top-1, with the measured figures
-    assert rows[0].startswith('| ResNet | 90.00 | 99.50 | 1.0000 | 0.0500 |')
-    assert rows[1].startswith('| LeCT (v1) | 85.00 |')
-    assert '| table |' in text and 'fashion_mnist_cpu.png' in text
+    rows = [ln for ln in text.splitlines() if ln.startswith('| ResNet |')
+            or ln.startswith('| LeCT (v1) |')]
+    # sorted by mean top-1, seeds side by side, with the measured figures
+    assert rows[0].startswith('| ResNet | 90.50 ± 0.71 | 90.00 | 91.00 | '
+                              '99.50 | 1.0000 | 0.0500 |')
+    assert rows[1].startswith('| LeCT (v1) | 85.50 ± 0.71 | 85.00 | 86.00 |')
+    # the report ranks LeCT v1 above ResNet; here ResNet is 5 points ahead
+    assert ('| LeCT (v1) > ResNet | +3.82 | -5.00 | 1.41 | yes, against '
+            'the report |') in text
+    assert '| table |' in text and 'fashion_mnist_cpu_cost.png' in text
+    assert (tmp_path / 'out' / 'fashion_mnist_cpu_cost.png').stat().st_size
+    # both commands are listed, once each
+    assert text.count('--seeds 0 1') == 1
+
+
+def test_sizes_add_a_data_efficiency_table(ba, tmp_path, fake_tool):
+    ba.main(['--protocol', 'cpu', '--models', 'lect_v1', 'resnet',
+             '--train-images', '1000', '10000', '--work-dir',
+             str(tmp_path / 'wd'), '--out-dir', str(tmp_path / 'out')])
+    train = [c[3] for c in fake_tool.calls if c[0] == 'tools/train.py']
+    assert len(train) == 4
+    assert 'train_cfg.max_epochs=79' in train[0]
+    assert 'train_dataloader.dataset.indices=1000' in train[0]
+    text = (tmp_path / 'out' / 'fashion_mnist_cpu.md').read_text()
+    assert ('| model | 1,000 images (79 epochs, 1,264 steps) | 10,000 images '
+            '(8 epochs, 1,256 steps) |') in text
+    assert '| ResNet | 90.00 | 90.00 |' in text
+    assert (tmp_path / 'out' /
+            'fashion_mnist_cpu_data_efficiency.png').stat().st_size
+    # the seeds table holds the protocol's size only
+    assert '## Seeds: 10,000 training images' in text
+
+
+# --------------------------------------------------------- real trainings
+def _write_tiny_fashion_mnist(root, train=48, test=24):
+    rng = np.random.RandomState(0)
+    for prefix, num in (('train', train), ('t10k', test)):
+        labels = (np.arange(num) % 10).astype(np.uint8)
+        # a class-dependent brightness, so there is something to learn
+        images = (rng.randint(0, 80, (num, 28, 28)) +
+                  labels[:, None, None] * 17).astype(np.uint8)
+        write_idx(osp.join(root, f'{prefix}-images-idx3-ubyte.gz'), images)
+        write_idx(osp.join(root, f'{prefix}-labels-idx1-ubyte.gz'), labels)
+
+
+@pytest.mark.heavy
+def test_seeds_and_sizes_train_for_real(ba, load_script, tmp_path,
+                                        monkeypatch):
+    root = str(tmp_path / 'fm')
+    os.makedirs(root)
+    _write_tiny_fashion_mnist(root)
+    loaders = [
+        f'{split}_dataloader.{key}'
+        for split in ('train', 'val', 'test')
+        for key in ('dataset.data_root=' + root, 'num_workers=0',
+                    'persistent_workers=False')
+    ]
+    options = loaders + [
+        'train_dataloader.dataset.indices=32',
+        'train_dataloader.batch_size=16', 'val_dataloader.dataset.indices=12',
+        'train_cfg.max_epochs=2', 'default_hooks.logger.interval=1'
+    ]
+    tools = {t: load_script(t) for t in ('tools/train.py', 'tools/test.py')}
+    interrupt = {'seed': 1}
+
+    def in_process(cmd, log_path):
+        """tools/*.py main() in this process; the test of seed 1 is
+        interrupted once."""
+        start = time.perf_counter()
+        if cmd[1] == 'tools/test.py' and any(
+                c == f'randomness.seed={interrupt.get("seed")}' for c in cmd):
+            interrupt.clear()
+            raise ba.RunFailed('interrupted', 0.5)
+        tools[cmd[1]].main(cmd[2:])
+        return time.perf_counter() - start
+
+    monkeypatch.setattr(ba, '_run', in_process)
+    args = ['--protocol', 'cpu', '--models', 'resnet', '--seeds', '0', '1',
+            '--train-images', '16', '32', '--work-dir', str(tmp_path / 'wd'),
+            '--out-dir', str(tmp_path / 'out'), '--cfg-options', *options]
+    with pytest.raises(ba.RunFailed):
+        ba.main(args)
+    results = ba.main(args)
+    assert sorted(results) == [
+        'resnet/n16_seed0', 'resnet/n16_seed1', 'resnet/n32_seed0',
+        'resnet/n32_seed1'
+    ]
+    # 16 images: one step per epoch, so 4 epochs make the 2 x 2 steps of 32
+    small, full = results['resnet/n16_seed0'], results['resnet/n32_seed0']
+    assert small['epochs'] == 4 and small['steps'] == 4
+    assert small['val_interval'] == 2
+    assert (full['epochs'], full['steps'], full['train_images']) == (2, 4, 32)
+    assert results['resnet/n16_seed1']['train_attempts'] == 2
+
+    def weights(result):
+        ckpt = torch.load(osp.join(tmp_path / 'wd', result['work_dir'],
+                                   osp.basename(result['checkpoint'])),
+                          weights_only=True)
+        assert ckpt['meta']['epoch'] == result['epochs']
+        return ckpt['state_dict']
+
+    # the seed changes the run
+    a, b = weights(full), weights(results['resnet/n32_seed1'])
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    config_dump = (tmp_path / 'wd' / 'resnet' / 'n32_seed1' /
+                   'resnet_fashion_mnist_cpu.py').read_text()
+    assert 'seed=1' in config_dump
+    text = (tmp_path / 'out' / 'fashion_mnist_cpu.md').read_text()
+    assert '## Seeds: 32 training images' in text
+    assert '| 16 images (4 epochs, 4 steps) | 32 images (2 epochs, 4 steps)' \
+        in text

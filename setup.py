@@ -29,8 +29,9 @@ class BuildPyWithMim(build_py):
     ``add_mim_extension`` puts them into ``mmpretrain/.mim/``, so that a
     wheel finds its configs by name (``lect_mm.model_index``) and
     ``mim train lect_mm <config>`` finds both. Here the copy goes to the
-    build folder only, never into the source tree; an editable install reads
-    them from the checkout instead.
+    build folder only, never into the source tree, whose ``lect_mm/.mim`` is
+    a link to the checkout itself (what an editable install reads, also for
+    mmengine's ``lect_mm::`` config prefix).
     """
 
     def run(self):

@@ -38,8 +38,9 @@ def mim_root(package_dir: Union[str, Path, None] = None) -> Path:
 
     Returns:
         Path: ``<package_dir>/.mim`` when it holds the index (an installed
-        wheel), else the parent of ``package_dir`` (a source checkout or an
-        editable install).
+        wheel), else the folder holding the checkout's index (a source
+        checkout or an editable install, whose ``lect_mm/.mim`` links to
+        the checkout's ``configs/``, ``tools/`` and ``model-index.yml``).
 
     Raises:
         FileNotFoundError: Neither folder holds the index and the configs.
@@ -48,7 +49,8 @@ def mim_root(package_dir: Union[str, Path, None] = None) -> Path:
     candidates = (package_dir / '.mim', package_dir.parent)
     for folder in candidates:
         if _is_root(folder):
-            return folder
+            # in a source tree, .mim links to the checkout's own files
+            return (folder / MODEL_INDEX).resolve().parent
     raise FileNotFoundError(
         f'lect_mm finds no {MODEL_INDEX} with its configs/ in '
         f'{" or ".join(str(c) for c in candidates)}: install the package '

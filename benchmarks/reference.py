@@ -38,7 +38,8 @@ from common.models import build_classifier, build_report_optim_wrapper
 from common.report import Report, machine_header, markdown_table
 from common.timing import measure_interleaved
 
-from lect_mm.models.convert import convert_lect_ref, load_state_dict_strict
+from lect_mm.engine.loading import load_state_dict_checked
+from lect_mm.models.convert import convert_lect_ref
 
 VARIANTS = ('v1', 'v2', 'v3')
 
@@ -79,7 +80,9 @@ def build_pair(variant: str, num_classes: int = 10):
             'model.backbone.drop_path_rate': 0.,
             'model.head.num_classes': num_classes
         })
-    load_state_dict_strict(ours, convert_lect_ref(ref.state_dict(), variant))
+    load_state_dict_checked(ours, convert_lect_ref(ref.state_dict(), variant),
+                            'The converted reference', strict=True,
+                            opt_out='')
     return ref, ours
 
 

@@ -1,27 +1,13 @@
-"""Silence mmcv-lite / mmengine deprecation chatter users cannot act on.
+"""Drop mmengine's deprecation chatter from a run's log.
 
-Only messages whose text is known are filtered; anything else still shows.
+mmengine's own ``CheckpointHook`` builds a ``FileClient`` for backward
+compatibility on every run, which logs two deprecation lines a user cannot
+act on. :class:`~lect_mm.engine.LectRunner` adds this filter to the logger of
+its own run; nothing else is filtered, and nothing process-wide.
 """
 import logging
 import re
-import warnings
 
-_QUIET = (
-    r'Fail to import ``MultiScaleDeformableAttention``',
-    r'.*FileClient.*deprecated',
-    r'.*"HardDiskBackend" is the alias of "LocalBackend"',
-    r'.*`torch.cuda.amp.autocast\(args...\)` is deprecated',
-    r'.*torch.cuda.amp.GradScaler\(args...\)` is deprecated',
-)
-
-
-def silence_known_warnings() -> None:
-    for pattern in _QUIET:
-        warnings.filterwarnings('ignore', message=pattern)
-
-
-# mmengine prints these through its logger, not through ``warnings``: its own
-# CheckpointHook builds a FileClient for backward compatibility on every run.
 _QUIET_LOG = re.compile(
     r'^"FileClient" will be deprecated'
     r'|^"HardDiskBackend" is the alias of "LocalBackend"')

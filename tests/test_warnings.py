@@ -1,6 +1,6 @@
 import logging
 
-from lect_mm import silence_known_log_messages
+from lect_mm._warnings import silence_known_log_messages
 
 
 def test_known_mmengine_deprecations_are_dropped_others_kept(caplog):

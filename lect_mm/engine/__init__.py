@@ -1,9 +1,7 @@
-from .checkpoint import (MMENGINE_CHECKPOINT_GLOBALS,
-                         allow_mmengine_checkpoints)
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
                             atomic_write, load_checkpoint_file,
-                            verify_checkpoint_file)
+                            load_checkpoint_verified, verify_checkpoint_file)
 from .dist import (LAUNCHERS, distributed_context, setup_cpu_distributed,
                    teardown_distributed)
 from .divergence import DivergenceError, NonFiniteLossHook
@@ -12,15 +10,14 @@ from .errors import (ConfigCheckHook, ConfigError, ConfigMismatchError,
                      merge_cfg_options)
 from .hooks import (CompileModelHook, RNGStateHook, compile_submodules,
                     get_rng_state, set_rng_state)
-from .loading import CheckpointMismatchError, StrictPretrainedInit
+from .loading import (CheckpointMismatchError, StrictPretrainedInit,
+                      load_checkpoint)
 from .optim_wrapper import DeviceAmpOptimWrapper
 from .runner import LectRunner, find_resume_checkpoint
 from .workdir import WorkDirInUseError, WorkDirLock
 
-allow_mmengine_checkpoints()
-
 __all__ = [
-    'MMENGINE_CHECKPOINT_GLOBALS', 'allow_mmengine_checkpoints', 'LAUNCHERS',
+    'LAUNCHERS',
     'distributed_context', 'setup_cpu_distributed', 'teardown_distributed',
     'DivergenceError', 'NonFiniteLossHook',
     'ConfigCheckHook', 'ConfigError', 'ConfigMismatchError',
@@ -29,7 +26,8 @@ __all__ = [
     'get_rng_state', 'set_rng_state',
     'DeviceAmpOptimWrapper',
     'SafeCheckpointHook', 'CheckpointError', 'CheckpointNotFoundError',
-    'atomic_write', 'load_checkpoint_file', 'verify_checkpoint_file',
-    'CheckpointMismatchError', 'StrictPretrainedInit', 'LectRunner',
+    'atomic_write', 'load_checkpoint_file', 'load_checkpoint_verified',
+    'verify_checkpoint_file', 'CheckpointMismatchError',
+    'StrictPretrainedInit', 'load_checkpoint', 'LectRunner',
     'find_resume_checkpoint', 'WorkDirInUseError', 'WorkDirLock'
 ]

@@ -8,7 +8,7 @@ from mmpretrain.registry import HOOKS
 
 from .checkpoint_io import (ATOMIC_BACKEND, CheckpointError, atomic_write,
                             remove_stale_temporaries, verify_checkpoint_file)
-from .plain_state import to_plain
+from .plain_state import from_plain, to_plain
 
 
 def _is_local(path) -> bool:
@@ -62,7 +62,10 @@ class SafeCheckpointHook(CheckpointHook):
       so a crash during a save never leaves the run without a checkpoint.
     - Runtime state is saved as plain data (:mod:`~lect_mm.engine.
       plain_state`): the files load with ``torch.load(weights_only=True)``
-      without lect_mm.
+      without lect_mm. A checkpoint loaded by a runner with this hook gets
+      its mmengine objects back before the runner reads it (any runner:
+      mmengine's ``Runner`` calls ``after_load_checkpoint`` before it
+      restores the message hub).
     - Temporary files of writers that were killed are removed before
       training (``.NAME.PID.tmp`` whose process is gone).
     """
@@ -87,6 +90,10 @@ class SafeCheckpointHook(CheckpointHook):
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         for key, value in list(checkpoint.items()):
             checkpoint[key] = to_plain(value)
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        for key, value in list(checkpoint.items()):
+            checkpoint[key] = from_plain(value)
 
     def _remove_outdated(self, runner, paths, written) -> None:
         """Remove ``paths`` once every checkpoint in ``written`` reads back

@@ -14,15 +14,19 @@ tensor's storage). ``torch.load`` reads only the records the pickle refers
 to, so the file still loads with plain ``torch.load(path,
 weights_only=True)``, with or without lect_mm.
 
-Reading (:func:`load_checkpoint_file`, registered as mmengine's loader for
-local paths, so ``--resume``, ``load_from``, ``tools/test.py``,
-``get_model(cfg, pretrained=path)`` and ``init_cfg=dict(type='Pretrained')``
-all use it) stops with a :class:`CheckpointError` naming the file and what
-is wrong when it is missing, empty, truncated (no zip central directory), has
-a record whose bytes fail the zip CRC-32 check, or does not match its digest.
-Files without a digest (converted or third-party weights, or written by
-another tool) still load, with their zip CRCs checked and an info line. The
-load itself is ``torch.load(..., weights_only=True)``, always.
+Reading (:func:`load_checkpoint_file`; :func:`load_checkpoint_verified`
+for any path, the loader of :class:`~lect_mm.engine.LectRunner`'s
+``--resume``, ``load_from`` and ``tools/test.py`` and of
+``init_cfg=dict(type='StrictPretrained')``) stops with a
+:class:`CheckpointError` naming the file and what is wrong when it is
+missing, empty, truncated (no zip central directory), has a record whose
+bytes fail the zip CRC-32 check, or does not match its digest. Files without
+a digest (converted or third-party weights, or written by another tool)
+still load, with their zip CRCs checked and an info line. The load itself is
+``torch.load(..., weights_only=True)``, unless torch's own opt-out for
+trusted files, ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, is set. mmengine's
+loaders are left as they are: these functions are used where lect_mm's
+runtime config selects them.
 """
 import hashlib
 import io
@@ -38,7 +42,7 @@ from typing import List, Optional
 import torch
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import print_log
-from mmengine.runner.checkpoint import CheckpointLoader
+from mmengine.runner.checkpoint import _load_checkpoint
 
 from .plain_state import from_plain
 
@@ -265,6 +269,21 @@ def verify_checkpoint_file(path: str) -> Optional[str]:
     return digest
 
 
+def _weights_only() -> bool:
+    """``weights_only`` for :func:`load_checkpoint_file`: True, unless torch's
+    own opt-out for trusted files is set (as ``torch.load`` reads it)."""
+    flag = os.getenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '')
+    return flag.lower() not in ('1', 'y', 'yes', 'true')
+
+
+_MMENGINE_PICKLED = (
+    ' A checkpoint written by mmengine\'s own CheckpointHook pickles '
+    'mmengine and numpy objects (its message hub), which torch >= 2.6 '
+    'refuses to unpickle by default; lect_mm\'s runtime config writes '
+    'plain-data checkpoints instead (SafeCheckpointHook). To load such a '
+    'file that you trust, set TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1.')
+
+
 def load_checkpoint_file(filename: str, map_location=None):
     """:func:`verify_checkpoint_file`, then ``torch.load(weights_only=True)``.
 
@@ -281,11 +300,12 @@ def load_checkpoint_file(filename: str, map_location=None):
     digest = verify_checkpoint_file(filename)
     try:
         checkpoint = torch.load(
-            filename, map_location=map_location, weights_only=True)
+            filename, map_location=map_location, weights_only=_weights_only())
     except pickle.UnpicklingError as error:
         # weights_only refused a class (or a damaged pickle): keep the type.
-        raise pickle.UnpicklingError(f'Checkpoint {filename}: {error}') \
-            from error
+        hint = _MMENGINE_PICKLED if 'mmengine' in str(error) else ''
+        raise pickle.UnpicklingError(
+            f'Checkpoint {filename}: {error}{hint}') from error
     except Exception as error:
         raise CheckpointError(
             f'Checkpoint {filename} could not be loaded: '
@@ -300,7 +320,11 @@ def load_checkpoint_file(filename: str, map_location=None):
     return from_plain(checkpoint)
 
 
-@CheckpointLoader.register_scheme(prefixes='', force=True)
-def load_from_local_verified(filename: str, map_location):
-    """mmengine's loader of local paths, replaced by the verified one."""
+def load_checkpoint_verified(filename: str, map_location=None):
+    """Load a checkpoint from any path: a local file with
+    :func:`load_checkpoint_file`, anything else (``http://``, ``s3://``,
+    ``open-mmlab://``...) with mmengine's loader for its prefix."""
+    filename = os.fspath(filename)
+    if '://' in filename:
+        return _load_checkpoint(filename, map_location=map_location)
     return load_checkpoint_file(filename, map_location)

@@ -8,6 +8,8 @@ import torch
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
 
+from .plain_state import from_plain
+
 
 def get_rng_state() -> dict:
     """The state of every global random generator a training step may use."""
@@ -86,7 +88,9 @@ class RNGStateHook(Hook):
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         if 'rng_state' in checkpoint:
-            self._state = checkpoint['rng_state']
+            # saved as plain data by SafeCheckpointHook, whose decoding may
+            # run after this hook (a lower priority)
+            self._state = from_plain(checkpoint['rng_state'])
             self._state_epoch = checkpoint.get('meta', {}).get('epoch')
 
     def before_train_epoch(self, runner) -> None:

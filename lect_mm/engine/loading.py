@@ -4,19 +4,25 @@ mmengine loads weights non-strictly everywhere (``Runner.load_checkpoint``
 for ``load_from``, resume and ``tools/test.py``; ``load_checkpoint`` for
 ``get_model(cfg, pretrained=path)``; ``init_cfg=dict(type='Pretrained')``):
 a checkpoint of another model or with another head gives one warning line
-and a partly random model. Here missing, unexpected and size-mismatched
-keys raise :class:`CheckpointMismatchError`, which names the file, the
-first few keys of each kind and the one-line opt-out of that path:
+and a partly random model. lect_mm's loaders raise
+:class:`CheckpointMismatchError` on missing, unexpected and size-mismatched
+keys instead, naming the file, the first few keys of each kind and the
+one-line opt-out of that path:
 
 - ``LectRunner`` (``load_from``, ``--resume``, ``tools/test.py``): the config
   key ``load_from_strict`` (``--cfg-options load_from_strict=False``);
-- ``init_cfg=dict(type='Pretrained', ..., strict=False)``
-  (:class:`StrictPretrainedInit`, registered as ``Pretrained`` in
-  mmpretrain's scope, so mmpretrain configs get it);
-- ``mmengine.runner.load_checkpoint(model, path, strict=False)``: importing
-  lect_mm makes that name (the one ``mmpretrain.get_model`` calls) default
-  to ``strict=True``; the function in ``mmengine.runner.checkpoint`` is left
-  as it is.
+- ``init_cfg=dict(type='Pretrained', ..., strict=False)`` in a run of
+  ``LectRunner``: :class:`StrictPretrainedInit` is ``Pretrained`` in the
+  ``lect_mm`` scope, in which ``LectRunner`` initialises the model's
+  weights (mmengine applies an init config named ``Pretrained`` after the
+  submodules' own initialisation, so the name, not a new one, is what must
+  resolve to the strict loader);
+- :func:`load_checkpoint` (``lect_mm.engine.load_checkpoint(model, path,
+  strict=False)``), mmengine's function with ``strict=True`` as default.
+
+mmengine's and mmpretrain's own loaders are left as they are: these are
+chosen by lect_mm's runtime config (``runner_type='LectRunner'``) or called
+by name.
 
 The keys are collected by the same traversal as mmengine's
 ``load_state_dict`` (model wrappers unwrapped, load pre-hooks run, e.g. a
@@ -28,15 +34,13 @@ import re
 from collections import OrderedDict
 from typing import List, Tuple
 
-import mmengine.runner
 from mmengine.logging import print_log
 from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.model.weight_init import PretrainedInit, update_init_info
-from mmengine.runner.checkpoint import (_IncompatibleKeys, _load_checkpoint,
-                                        _load_checkpoint_with_prefix)
-from mmpretrain.registry import WEIGHT_INITIALIZERS
+from mmengine.runner.checkpoint import _IncompatibleKeys
 
-from .checkpoint_io import CheckpointError
+from lect_mm.registry import WEIGHT_INITIALIZERS
+from .checkpoint_io import CheckpointError, load_checkpoint_verified
 
 RUNNER_OPT_OUT = (
     'To load only the weights that fit (e.g. to fine-tune with a new head), '
@@ -44,9 +48,7 @@ RUNNER_OPT_OUT = (
     '`load_from_strict = False`).')
 LOAD_CHECKPOINT_OPT_OUT = (
     'To load only the weights that fit, pass strict=False: '
-    '`mmengine.runner.load_checkpoint(model, path, strict=False)` (for '
-    '`get_model(cfg, pretrained=path)`: build with `get_model(cfg)`, then '
-    'call it).')
+    '`lect_mm.engine.load_checkpoint(model, path, strict=False)`.')
 PRETRAINED_OPT_OUT = (
     "To load only the weights that fit, add `strict=False` to this "
     "init_cfg, or select the part that fits with `prefix='backbone.'`.")
@@ -176,13 +178,14 @@ def load_checkpoint(model,
                     strict=True,
                     logger=None,
                     revise_keys=[(r'^module\.', '')]):
-    """mmengine's ``load_checkpoint``, strict by default.
+    """mmengine's ``load_checkpoint``, strict by default and verified.
 
-    Installed as ``mmengine.runner.load_checkpoint`` (what
-    ``mmpretrain.get_model(cfg, pretrained=path)`` calls) on import of
-    lect_mm. Arguments and return value are mmengine's.
+    The file is read with
+    :func:`~lect_mm.engine.checkpoint_io.load_checkpoint_verified`;
+    arguments and return value are those of
+    ``mmengine.runner.load_checkpoint``.
     """
-    checkpoint = _load_checkpoint(filename, map_location, logger)
+    checkpoint = load_checkpoint_verified(filename, map_location)
     if not isinstance(checkpoint, dict):
         raise CheckpointError(
             f'Checkpoint {filename} holds a {type(checkpoint).__name__}, '
@@ -194,12 +197,11 @@ def load_checkpoint(model,
     return checkpoint
 
 
-mmengine.runner.load_checkpoint = load_checkpoint
-
-
 @WEIGHT_INITIALIZERS.register_module(name='Pretrained')
 class StrictPretrainedInit(PretrainedInit):
-    """mmengine's ``Pretrained`` initialisation, strict by default.
+    """mmengine's ``Pretrained`` initialisation, strict by default and
+    verified; ``Pretrained`` in the ``lect_mm`` scope (see the module's
+    documentation).
 
     Args:
         checkpoint (str): The checkpoint file.
@@ -216,17 +218,23 @@ class StrictPretrainedInit(PretrainedInit):
         self.strict = strict
 
     def __call__(self, module):
+        state_dict = state_dict_of(
+            load_checkpoint_verified(self.checkpoint, self.map_location))
+        source = f'Checkpoint {self.checkpoint}'
         if self.prefix is None:
             print_log(f'load model from: {self.checkpoint}', logger='current')
-            state_dict = state_dict_of(
-                _load_checkpoint(self.checkpoint, self.map_location))
-            source = f'Checkpoint {self.checkpoint}'
         else:
             print_log(f'load {self.prefix} in model from: {self.checkpoint}',
                       logger='current')
-            state_dict = _load_checkpoint_with_prefix(
-                self.prefix, self.checkpoint, map_location=self.map_location)
-            source = f'Checkpoint {self.checkpoint} (prefix {self.prefix!r})'
+            prefix = self.prefix if self.prefix.endswith('.') else \
+                self.prefix + '.'
+            if not any(k.startswith(prefix) for k in state_dict):
+                raise CheckpointMismatchError(
+                    f'{source} has no key with the prefix {prefix!r}.')
+            state_dict = OrderedDict((k[len(prefix):], v)
+                                     for k, v in state_dict.items()
+                                     if k.startswith(prefix))
+            source += f' (prefix {prefix!r})'
         load_state_dict_checked(module, state_dict, source, self.strict,
                                 PRETRAINED_OPT_OUT)
         if hasattr(module, '_params_init_info'):

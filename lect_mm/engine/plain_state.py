@@ -4,11 +4,13 @@
 A checkpoint written by mmengine's ``Runner`` holds its ``MessageHub``
 (:class:`~mmengine.logging.HistoryBuffer` objects backed by numpy arrays),
 numpy scalars and the numpy random state (``RNGStateHook``). torch's safe
-unpickler refuses those classes unless they are allowlisted
-(:mod:`lect_mm.engine.checkpoint` does so on ``import lect_mm``).
-:func:`to_plain` replaces each of them by a tagged dict of Python numbers
-and lists before saving (``SafeCheckpointHook``); :func:`from_plain` turns
-them back when lect_mm loads the file. Only numeric and boolean numpy data
+unpickler (``weights_only=True``, torch's default since 2.6) refuses those
+classes. :func:`to_plain` replaces each of them by a tagged dict of Python
+numbers and lists before saving (``SafeCheckpointHook``); :func:`from_plain`
+turns them back when lect_mm loads the file
+(:func:`~lect_mm.engine.checkpoint_io.load_checkpoint_file`). This is
+lect_mm's one answer to ``weights_only``: nothing is added to torch's
+process-wide safe globals. Only numeric and boolean numpy data
 are converted; values are exact (``tolist`` and back keeps every bit).
 """
 from collections import OrderedDict

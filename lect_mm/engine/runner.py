@@ -2,8 +2,10 @@
 verified, resumes only from intact files, and owns its work directory.
 
 ``configs/_base_/default_runtime.py`` selects it (``runner_type``), so
-``tools/train.py``, ``tools/test.py`` and mmpretrain's own tools build it.
-It reads three config keys besides the ``Runner``'s:
+``tools/train.py``, ``tools/test.py`` and mmpretrain's own tools build it,
+for lect_mm's models and for any other model trained with that runtime
+config. What it adds is local to its run: nothing changes for other runners
+in the process. It reads three config keys besides the ``Runner``'s:
 
 - ``load_from_strict`` (default True): ``load_from``, ``--resume`` and
   ``tools/test.py`` stop when the checkpoint does not fit the model
@@ -24,12 +26,13 @@ from typing import List, Optional
 
 from mmengine.dist import broadcast_object_list, get_dist_info
 from mmengine.model import is_model_wrapper
-from mmengine.registry import RUNNERS
+from mmengine.registry import RUNNERS, DefaultScope
 from mmengine.runner import Runner
-from mmengine.runner.checkpoint import _load_checkpoint
 
+from lect_mm._warnings import silence_known_log_messages
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
-                            verify_checkpoint_file)
+                            load_checkpoint_verified, verify_checkpoint_file)
+from .errors import ConfigCheckHook
 from .loading import RUNNER_OPT_OUT, load_state_dict_checked, state_dict_of
 from .workdir import WorkDirInUseError, WorkDirLock
 
@@ -138,7 +141,12 @@ class LectRunner(Runner):
     """mmengine's ``Runner`` (same arguments and config), plus:
 
     - checkpoints load verified (:mod:`~lect_mm.engine.checkpoint_io`) and
-      strictly (``load_from_strict``);
+      strictly (``load_from_strict``); the model's weights are initialised
+      in the ``lect_mm`` scope, where ``init_cfg=dict(type='Pretrained',
+      ...)`` is :class:`~lect_mm.engine.StrictPretrainedInit`
+      (``strict=False`` in it loads what fits);
+    - the head, classes and data are checked before the first iteration
+      (:class:`~lect_mm.engine.ConfigCheckHook`);
     - ``--resume`` without a path says when there is nothing to resume
       (a warning naming the work dir; training starts from scratch) and
       does not resume from a damaged checkpoint (``resume_intact``);
@@ -146,7 +154,8 @@ class LectRunner(Runner):
     - the work directory is locked from before anything is written in it
       until ``train``/``val``/``test`` returns (``lock_work_dir``);
     - persistent data-loader workers end when ``train``/``val``/``test``
-      returns.
+      returns;
+    - its log drops mmengine's FileClient deprecation lines.
     """
 
     def __init__(self, *args, **kwargs):
@@ -155,6 +164,13 @@ class LectRunner(Runner):
         except BaseException:
             self.release_work_dir()
             raise
+        silence_known_log_messages(self.logger)
+        if not any(isinstance(h, ConfigCheckHook) for h in self.hooks):
+            self.register_hook(ConfigCheckHook())
+
+    def _init_model_weights(self) -> None:
+        with DefaultScope.overwrite_default_scope('lect_mm'):
+            super()._init_model_weights()
 
     def setup_env(self, env_cfg: dict) -> None:
         # Called by Runner.__init__ once the process group exists and before
@@ -241,7 +257,7 @@ class LectRunner(Runner):
         the config's ``load_from_strict`` (default True)."""
         if strict is None:
             strict = bool(self.cfg.get('load_from_strict', True))
-        checkpoint = _load_checkpoint(filename, map_location=map_location)
+        checkpoint = load_checkpoint_verified(filename, map_location)
         if not isinstance(checkpoint, dict):
             raise CheckpointError(
                 f'Checkpoint {filename} holds a {type(checkpoint).__name__}, '

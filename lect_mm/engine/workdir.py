@@ -27,6 +27,7 @@ LOCK_FILE = '.work_dir.lock'
 #: it is closed: without this, workers outliving a killed run would keep its
 #: work dir locked.
 _HELD_FDS = set()
+_FORK_HOOK = []
 
 
 def _drop_inherited_locks() -> None:
@@ -41,8 +42,18 @@ def _drop_inherited_locks() -> None:
     _HELD_FDS.clear()
 
 
-if hasattr(os, 'register_at_fork'):
-    os.register_at_fork(after_in_child=_drop_inherited_locks)
+def _register_fork_hook() -> None:
+    """Install :func:`_drop_inherited_locks` for forked children, once, when
+    this process first takes a lock (a process that never locks a work dir
+    gets no fork hook)."""
+    if not _FORK_HOOK and hasattr(os, 'register_at_fork'):
+        os.register_at_fork(after_in_child=_drop_inherited_locks)
+        _FORK_HOOK.append(True)
+
+
+def fork_hook_registered() -> bool:
+    """Whether this process has installed the lock's fork hook."""
+    return bool(_FORK_HOOK)
 
 
 class WorkDirInUseError(RuntimeError):
@@ -89,6 +100,7 @@ class WorkDirLock:
                    f'{" ".join(sys.argv)}\n')
         file.flush()
         self._file = file
+        _register_fork_hook()
         _HELD_FDS.add(file.fileno())
         return self
 

@@ -12,7 +12,6 @@ from collections import OrderedDict
 from typing import Dict, Optional
 
 import torch
-import torch.nn as nn
 
 VARIANTS = ('v1', 'v2', 'v3')
 
@@ -144,18 +143,3 @@ def convert_lect_ref(state_dict: Dict[str, torch.Tensor],
         raise ValueError(f'{len(unmapped)} key(s) of the LeCT {variant} '
                          f'reference layout have no mapping: {unmapped[:10]}')
     return converted
-
-
-def load_state_dict_strict(model: nn.Module,
-                           state_dict: Dict[str, torch.Tensor]) -> None:
-    """``model.load_state_dict(state_dict, strict=True)``, failing first
-    with a ValueError that lists (up to ten) missing and unexpected keys."""
-    model_keys = set(model.state_dict())
-    missing = sorted(model_keys - set(state_dict))
-    unexpected = sorted(set(state_dict) - model_keys)
-    if missing or unexpected:
-        raise ValueError(
-            f'Converted weights do not match the model: missing keys '
-            f'{missing[:10]} ({len(missing)}), unexpected keys '
-            f'{unexpected[:10]} ({len(unexpected)}).')
-    model.load_state_dict(state_dict, strict=True)

@@ -11,13 +11,13 @@ import pytest
 import torch
 from mmengine.logging import HistoryBuffer, MMLogger
 from mmengine.registry import RUNNERS
-from mmengine.runner.checkpoint import _load_checkpoint
 from tiny_run_utils import tiny_cfg
 
 from lect_mm.engine import checkpoint_io
 from lect_mm.engine.checkpoint_io import (CheckpointError,
                                           CheckpointNotFoundError, add_digest,
                                           atomic_write, load_checkpoint_file,
+                                          load_checkpoint_verified,
                                           remove_stale_temporaries,
                                           verify_checkpoint_file)
 from lect_mm.engine.plain_state import from_plain, to_plain
@@ -47,7 +47,7 @@ def test_written_checkpoints_carry_a_digest(run_dir):
 
 
 def test_written_checkpoint_loads_without_lect_mm(run_dir):
-    # Without lect_mm's allowlist, as in a process that never imported it.
+    # With no safe globals at all, as in a process that never imported it.
     path = str(run_dir / 'epoch_1.pth')
     registered = torch.serialization.get_safe_globals()
     torch.serialization.clear_safe_globals()
@@ -60,7 +60,7 @@ def test_written_checkpoint_loads_without_lect_mm(run_dir):
     assert set(plain) >= {'meta', 'state_dict', 'message_hub', 'optimizer',
                           'param_schedulers', 'rng_state'}
     # lect_mm's loader gives mmengine's objects back.
-    ckpt = _load_checkpoint(path, map_location='cpu')
+    ckpt = load_checkpoint_verified(path, map_location='cpu')
     loss = ckpt['message_hub']['log_scalars']['train/loss']
     assert isinstance(loss, HistoryBuffer) and np.isfinite(loss.mean())
     assert isinstance(ckpt['rng_state']['numpy'][1], np.ndarray)
@@ -111,7 +111,7 @@ def test_damaged_checkpoint_is_refused_by_name(run_dir, tmp_path, damage,
     shutil.copy(run_dir / 'epoch_1.pth', path)
     damage(path, largest_tensor_record)
     with pytest.raises(CheckpointError) as info:
-        _load_checkpoint(path, map_location='cpu')  # mmengine's entry
+        load_checkpoint_verified(path, map_location='cpu')  # LectRunner's
     assert path in str(info.value) and reason in str(info.value)
     # torch alone would have accepted a flipped tensor byte.
     if damage is _flip:
@@ -121,7 +121,7 @@ def test_damaged_checkpoint_is_refused_by_name(run_dir, tmp_path, damage,
 def test_missing_checkpoint_is_named(tmp_path):
     path = str(tmp_path / 'nope.pth')
     with pytest.raises(CheckpointNotFoundError, match='nope.pth'):
-        _load_checkpoint(path)
+        load_checkpoint_verified(path)
     with pytest.raises(FileNotFoundError):
         load_checkpoint_file(path)
 
@@ -136,7 +136,7 @@ def test_file_without_digest_still_loads(tmp_path, largest_tensor_record):
     handler.emit = records.append
     logger.addHandler(handler)
     try:
-        ckpt = _load_checkpoint(path, map_location='cpu')
+        ckpt = load_checkpoint_verified(path, map_location='cpu')
     finally:
         logger.removeHandler(handler)
     assert torch.equal(ckpt['state_dict']['w'], torch.arange(1000.))
@@ -144,7 +144,7 @@ def test_file_without_digest_still_loads(tmp_path, largest_tensor_record):
                for r in records)
     _flip(path, largest_tensor_record)
     with pytest.raises(CheckpointError, match='Bad CRC-32'):
-        _load_checkpoint(path)
+        load_checkpoint_verified(path)
 
 
 def test_add_digest_keeps_torch_loading():

@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 from lect_mm.models.convert import (convert_attention_key, convert_lect_ref,
-                                    detect_variant, load_state_dict_strict,
+                                    detect_variant,
                                     reference_state_dict)
 
 T = torch.zeros(1)
@@ -90,13 +90,17 @@ def test_reference_state_dict_unwraps():
     assert reference_state_dict({'model': sd, 'epoch': 3}) is sd
 
 
-def test_load_state_dict_strict_names_the_keys():
+def test_converted_weights_load_through_the_one_strict_loader():
+    from lect_mm.engine import CheckpointMismatchError
+    from lect_mm.engine.loading import load_state_dict_checked
     model = nn.Sequential(nn.Linear(2, 3))
     sd = model.state_dict()
-    with pytest.raises(ValueError, match=r"missing keys \['0.bias'\] \(1\), "
-                       r"unexpected keys \['0.w'\] \(1\)"):
-        load_state_dict_strict(
-            model, {'0.weight': sd['0.weight'], '0.w': T})
+    with pytest.raises(CheckpointMismatchError,
+                       match=r"1 missing key\(s\) in the checkpoint "
+                       r"\(0.bias\); 1 unexpected key\(s\) \(0.w\)"):
+        load_state_dict_checked(
+            model, {'0.weight': sd['0.weight'], '0.w': T}, 'Converted',
+            strict=True, opt_out='')
     new = {k: torch.ones_like(v) for k, v in sd.items()}
-    load_state_dict_strict(model, new)
+    load_state_dict_checked(model, new, 'Converted', strict=True, opt_out='')
     assert torch.equal(model[0].weight, torch.ones(3, 2))

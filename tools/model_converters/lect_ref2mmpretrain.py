@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 
 from lect_mm.analysis import build_model
+from lect_mm.engine.loading import load_state_dict_checked
 from lect_mm.models.convert import (VARIANTS, convert_lect_ref, detect_variant,
-                                    load_state_dict_strict,
                                     reference_state_dict)
 
 
@@ -60,8 +60,10 @@ def main(argv=None):
     variant = args.variant or detect_variant(reference)
     state_dict = convert_lect_ref(reference, variant)
     num_classes = state_dict['head.fc.weight'].shape[0]
-    load_state_dict_strict(
-        build_target_model(variant, num_classes, args.config), state_dict)
+    load_state_dict_checked(
+        build_target_model(variant, num_classes, args.config), state_dict,
+        f'The converted {args.src}', strict=True,
+        opt_out='Pass the --variant and --config of the model it is for.')
 
     Path(args.dst).parent.mkdir(parents=True, exist_ok=True)
     torch.save(

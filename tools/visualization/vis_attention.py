@@ -67,8 +67,9 @@ def load_model(cfg: Config,
     initialised (untrained) network.
     """
     from mmengine.logging import MMLogger
-    from mmengine.runner import load_checkpoint
     from mmpretrain.apis import get_model
+
+    from lect_mm.engine import load_checkpoint
 
     model = get_model(cfg, device=device)
     if checkpoint is not None:

@@ -1,10 +1,12 @@
-"""Test (evaluate) a checkpoint: mmpretrain's ``tools/test.py`` command line,
-working on the CPU too (see :mod:`lect_mm.engine`)."""
+"""Test (evaluate) a checkpoint: mmpretrain's ``tools/test.py`` command line
+(every option, with the same meaning), working on the CPU too (see
+:mod:`lect_mm.engine`)."""
 import argparse
+from copy import deepcopy
 
-import lect_mm  # noqa: F401,I001  (first: registers modules, quiets warnings)
+import lect_mm  # noqa: F401,I001  (first: registers modules, lect_mm::)
 import mmengine
-from mmengine.config import Config, DictAction
+from mmengine.config import Config, ConfigDict, DictAction
 from mmengine.evaluator import DumpResults
 
 from lect_mm.engine.cli import (exit_launched_process, parse_launcher_args,
@@ -33,9 +35,32 @@ def parse_args(argv=None):
         action='store_true',
         help='mixed-precision test (float16 on GPUs, bfloat16 on CPUs)')
     parser.add_argument(
+        '--show-dir',
+        help='save a picture of each visualised prediction into this folder '
+        '(mmpretrain\'s VisualizationHook)')
+    parser.add_argument(
+        '--show',
+        action='store_true',
+        help='display the predictions in a window')
+    parser.add_argument(
+        '--interval',
+        type=int,
+        default=1,
+        help='visualise every INTERVAL-th sample')
+    parser.add_argument(
+        '--wait-time',
+        type=float,
+        default=2,
+        help='seconds each --show window stays open')
+    parser.add_argument(
         '--no-pin-memory',
         action='store_true',
         help='disable the pin_memory option of the dataloader')
+    parser.add_argument(
+        '--tta',
+        action='store_true',
+        help='test-time augmentation: the config\'s tta_pipeline and '
+        'tta_model, else flip TTA averaging the classification scores')
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -59,11 +84,43 @@ def merge_args(cfg, args):
     if args.amp:
         cfg.test_cfg.fp16 = True
 
+    if args.show or args.show_dir is not None:
+        if 'visualization' not in cfg.get('default_hooks', {}):
+            raise ValueError(
+                '--show/--show-dir need a VisualizationHook: add '
+                "default_hooks.visualization=dict(type='VisualizationHook') "
+                'to the config.')
+        cfg.default_hooks.visualization.update(
+            enable=True, show=args.show, wait_time=args.wait_time,
+            out_dir=args.show_dir, interval=args.interval)
+
+    if args.tta:
+        merge_tta(cfg)
+
     set_dataloader_defaults(
         cfg, ('test_dataloader', ), pin_memory=not args.no_pin_memory)
 
     merge_cfg_options(cfg, args.cfg_options)
     return cfg
+
+
+def merge_tta(cfg):
+    """Test with ``cfg.tta_pipeline`` and ``cfg.tta_model`` (mmpretrain's
+    ``--tta``): by default the test pipeline with a flipped and an
+    unflipped view, their classification scores averaged."""
+    if 'tta_model' not in cfg:
+        cfg.tta_model = dict(type='mmpretrain.AverageClsScoreTTA')
+    if 'tta_pipeline' not in cfg:
+        test_pipeline = cfg.test_dataloader.dataset.pipeline
+        cfg.tta_pipeline = deepcopy(test_pipeline)
+        cfg.tta_pipeline[-1] = dict(
+            type='TestTimeAug',
+            transforms=[[
+                dict(type='RandomFlip', prob=1.),
+                dict(type='RandomFlip', prob=0.)
+            ], [test_pipeline[-1]]])
+    cfg.model = ConfigDict(**cfg.tta_model, module=cfg.model)
+    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
 
 
 def main(argv=None):

@@ -5,7 +5,7 @@ import argparse
 import os.path as osp
 import time
 
-import lect_mm  # noqa: F401,I001  (first: registers modules, quiets warnings)
+import lect_mm  # noqa: F401,I001  (first: registers modules, lect_mm::)
 from mmengine.config import Config, DictAction
 
 from lect_mm.engine.cli import (exit_launched_process, parse_launcher_args,

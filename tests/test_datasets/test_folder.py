@@ -3,7 +3,6 @@ are named with their paths, and its up-front scan."""
 import os
 import os.path as osp
 
-import cv2
 import numpy as np
 import pytest
 from mmengine.config import Config
@@ -23,25 +22,10 @@ PIPELINE = [
 ]
 
 
-def write_folder(root, classes=('cat', 'dog'), per_class=2, seed=0):
-    """Class folders of small images: colour PNG and JPEG, grey, RGBA and
-    16-bit PNG, of different sizes."""
-    rng = np.random.RandomState(seed)
-    kinds = [((9, 7, 3), np.uint8, 'png'), ((6, 11, 3), np.uint8, 'jpg'),
-             ((8, 8), np.uint8, 'png'), ((7, 9, 4), np.uint8, 'png'),
-             ((10, 6, 3), np.uint16, 'png')]
-    for c, name in enumerate(classes):
-        os.makedirs(osp.join(root, name), exist_ok=True)
-        for i in range(per_class):
-            shape, dtype, ext = kinds[(c * per_class + i) % len(kinds)]
-            img = rng.randint(0, np.iinfo(dtype).max, shape).astype(dtype)
-            cv2.imwrite(osp.join(root, name, f'{i}.{ext}'), img)
-
-
 @pytest.fixture
-def folder(tmp_path):
+def folder(tmp_path, write_image_folder):
     root = str(tmp_path / 'train')
-    write_folder(root, per_class=3)
+    write_image_folder(root, per_class=3)
     return root
 
 

@@ -138,3 +138,32 @@ def test_mmpretrain_imagenet_base_needs_delete_for_a_folder(tmp_path,
     cfg = Config.fromfile(str(path))
     dataset = DATASETS.build(cfg.train_dataloader.dataset)
     assert dataset[0]['inputs'].shape == (3, 224, 224)
+
+
+def test_mmpretrain_verify_dataset_lists_bad_files_of_the_folder_base(
+        tmp_path, folder, monkeypatch, capsys):
+    """docs/custom_dataset.md: mmpretrain's own scan tool reads the folder
+    base's configs."""
+    import importlib.util
+    import sys
+
+    import mmpretrain
+    script = osp.join(osp.dirname(mmpretrain.__file__), '.mim', 'tools',
+                      'misc', 'verify_dataset.py')
+    if not osp.isfile(script):
+        pytest.skip('mmpretrain installed without its tools')
+    bad = osp.join(folder, 'dog', '9.png')
+    open(bad, 'wb').close()
+    config = tmp_path / 'folder.py'
+    config.write_text(
+        f"_base_ = '{REPO}/configs/_base_/datasets/folder.py'\n"
+        f"train_dataloader = dict(dataset=dict(data_root='{folder}', "
+        "data_prefix=''))\n")
+    out = tmp_path / 'broken.log'
+    monkeypatch.setattr(sys, 'argv', [
+        script, str(config), '--out-path', str(out), '--phase', 'train'])
+    spec = importlib.util.spec_from_file_location('verify_dataset', script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main()
+    assert out.read_text().split() == [bad]

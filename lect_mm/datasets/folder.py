@@ -114,7 +114,8 @@ class CheckedCustomDataset(CustomDataset):
       :class:`ImageFileError` names the path and what is wrong (does not
       exist, empty, cannot be decoded), whichever process (main or loader
       worker) ran the pipeline. An error of a later transform on a readable
-      file is re-raised unchanged, with the path added as a note.
+      file (or of a pipeline without ``LoadImageFromFile``) is re-raised
+      unchanged, with the path added as a note (Python >= 3.11).
     - ``scan_images=True`` loads every image once when the data set is
       built (threads; in DDP each rank loads its share) and raises one
       :class:`ImageFileError` naming every file that fails, before anything
@@ -187,9 +188,13 @@ class CheckedCustomDataset(CustomDataset):
             return super().prepare_data(idx)
         except Exception as error:
             path = self.get_data_info(idx).get('img_path')
+            loader = _find_loader(self.pipeline)
             if path is None:
                 raise
-            problem = image_file_problem(path, _loader_of(self.pipeline))
+            # A pipeline that loads the image its own way is not second-
+            # guessed: its error only gets the path.
+            problem = (image_file_problem(path, loader)
+                       if loader is not None else None)
             if problem is None:
                 if hasattr(error, 'add_note'):  # Python >= 3.11
                     error.add_note(f'(sample {int(idx)} of '

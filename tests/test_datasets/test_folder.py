@@ -20,6 +20,9 @@ PIPELINE = [
     dict(type='Resize', scale=8),
     dict(type='PackInputs')
 ]
+# mmengine's serialisation (for loader workers) runs gc.collect(): slow in a
+# test process, irrelevant here.
+FAST = dict(serialize_data=False)
 
 
 @pytest.fixture
@@ -31,8 +34,8 @@ def folder(tmp_path, write_image_folder):
 
 def test_registered_and_same_samples_as_custom_dataset(folder):
     assert DATASETS.get('CheckedCustomDataset') is CheckedCustomDataset
-    ours = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE)
-    theirs = CustomDataset(data_root=folder, pipeline=PIPELINE)
+    ours = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE, **FAST)
+    theirs = CustomDataset(data_root=folder, pipeline=PIPELINE, **FAST)
     assert ours.CLASSES == theirs.CLASSES == ('cat', 'dog')
     assert ours.data_list == theirs.data_list
     for i in range(len(theirs)):  # grey, RGBA and 16-bit load as 3 x 8 bit
@@ -67,7 +70,7 @@ def _damage(path, how):
 def test_a_bad_image_is_named_when_sampled(folder, how, problem):
     """Before: an empty file raised OpenCV's "!buf.empty()" without the
     path; now every kind of bad file is named."""
-    dataset = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE)
+    dataset = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE, **FAST)
     path = dataset.get_data_info(4)['img_path']
     _damage(path, how)
     dataset[3]  # the others load
@@ -85,7 +88,8 @@ def test_an_error_after_loading_is_kept_with_the_path_as_note(folder):
         raise KeyError('boom')
 
     dataset = CheckedCustomDataset(
-        data_root=folder, pipeline=[dict(type='LoadImageFromFile'), fails])
+        data_root=folder, pipeline=[dict(type='LoadImageFromFile'), fails],
+        **FAST)
     with pytest.raises(KeyError, match='boom') as info:
         dataset[0]
     path = dataset.get_data_info(0)['img_path']
@@ -94,14 +98,15 @@ def test_an_error_after_loading_is_kept_with_the_path_as_note(folder):
 
 
 def test_scan_names_every_bad_file_when_built(folder):
-    dataset = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE)
+    dataset = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE, **FAST)
     paths = [dataset.get_data_info(i)['img_path'] for i in (1, 5)]
     _damage(paths[0], 'empty')
     _damage(paths[1], 'text')
-    CheckedCustomDataset(data_root=folder, pipeline=PIPELINE)  # default: off
+    # by default, nothing is loaded when the data set is built
+    CheckedCustomDataset(data_root=folder, pipeline=PIPELINE, **FAST)
     with pytest.raises(ImageFileError) as info:
         CheckedCustomDataset(data_root=folder, pipeline=PIPELINE,
-                             scan_images=True, scan_threads=2)
+                             scan_images=True, scan_threads=2, **FAST)
     lines = str(info.value).splitlines()
     assert lines[0] == (f'CheckedCustomDataset ({dataset.img_prefix}): 2 of '
                         '6 images cannot be loaded (scan_images=True):')
@@ -134,7 +139,7 @@ def test_mmpretrain_imagenet_base_needs_delete_for_a_folder(tmp_path,
     assert "CustomDataset has no argument 'split'" in str(info.value)
     path.write_text(IMAGENET_BASE.format(
         repo=REPO, root=folder, delete='_delete_=True, ',
-        pipeline='pipeline={{_base_.train_pipeline}}'))
+        pipeline='pipeline={{_base_.train_pipeline}}, serialize_data=False'))
     cfg = Config.fromfile(str(path))
     dataset = DATASETS.build(cfg.train_dataloader.dataset)
     assert dataset[0]['inputs'].shape == (3, 224, 224)

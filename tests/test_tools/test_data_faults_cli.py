@@ -18,7 +18,8 @@ TINY = osp.join(REPO, 'tests', 'test_engine', 'data', 'tiny_digits.py')
 FOLDER_EXAMPLE = osp.join(REPO, 'configs', 'lect', 'lect_v1_folder.py')
 QUIET = ['log_level=WARNING', 'train_cfg.max_epochs=1']
 
-# The tiny digits model on class folders, 8x8 input.
+# The tiny digits model on class folders, 8x8 input (serialize_data=False:
+# mmengine's serialisation runs gc.collect(), slow in a test process).
 TINY_FOLDER = '''
 _base_ = '{tiny}'
 model = dict(head=dict(num_classes={classes}))
@@ -28,11 +29,13 @@ pipeline = [dict(type='LoadImageFromFile'), dict(type='Resize', scale=8),
 train_dataloader = dict(
     batch_size=2, num_workers={workers},
     dataset=dict(_delete_=True, type='CheckedCustomDataset',
-                 data_root='{root}', data_prefix='train', pipeline=pipeline))
+                 data_root='{root}', data_prefix='train', pipeline=pipeline,
+                 serialize_data=False))
 val_dataloader = dict(
     batch_size=2,
     dataset=dict(_delete_=True, type='CheckedCustomDataset',
-                 data_root='{root}', data_prefix='val', pipeline=pipeline))
+                 data_root='{root}', data_prefix='val', pipeline=pipeline,
+                 serialize_data=False))
 test_dataloader = val_dataloader
 '''
 
@@ -234,7 +237,8 @@ train_dataloader = dict(dataset=dict(data_root=data_root))
 val_dataloader = dict(dataset=dict(data_root=data_root))
 test_dataloader = val_dataloader
 '''
-    loader = dict(batch_size=3, num_workers=0, persistent_workers=False)
+    loader = {'batch_size': 3, 'num_workers': 0, 'persistent_workers': False,
+              'dataset.serialize_data': False}
     runner = _train(
         train_tool, tmp_path, config,
         *[f'{split}_dataloader.{k}={v}' for split in ('train', 'val')

@@ -69,10 +69,11 @@ def _checkpoints(tmp_path):
 @pytest.mark.parametrize('classes', [3, 4])
 def test_an_extra_empty_class_folder_stops_before_training(
         train_tool, tmp_path, write_image_folder, classes):
-    """Before: train mapped class0 to 1, val class0 to 0, val top-1 0 %
-    every epoch and exit 0; with num_classes=3 the check said "Set
-    num_classes=4", which leads straight into it. Now both stop, showing
-    the differing names."""
+    """Before: train mapped class0 to 1, val class0 to 0, and the run
+    validated against the wrong classes to exit 0 (val top-1 0.00 % in the
+    issue's sweep); with num_classes=3 the check said "Set num_classes=4",
+    which leads straight into it. Now both stop, showing the differing
+    names."""
     root = tmp_path / 'data'
     write_image_folder(str(root / 'train'), ('class0', 'class1', 'class2'))
     write_image_folder(str(root / 'val'), ('class0', 'class1', 'class2'), 1)

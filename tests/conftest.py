@@ -125,6 +125,31 @@ def format_each_config_once():
     Config.pretty_text = property(text_of)
 
 
+def _write_image_folder(root, classes=('cat', 'dog'), per_class=2, seed=0):
+    """Class folders of small random images under ``root``: colour PNG and
+    JPEG, grey, RGBA and 16-bit PNG, of different sizes (what
+    mmpretrain's ``CustomDataset`` reads)."""
+    import cv2
+    import numpy as np
+    rng = np.random.RandomState(seed)
+    kinds = [((9, 7, 3), np.uint8, 'png'), ((6, 11, 3), np.uint8, 'jpg'),
+             ((8, 8), np.uint8, 'png'), ((7, 9, 4), np.uint8, 'png'),
+             ((10, 6, 3), np.uint16, 'png')]
+    for c, name in enumerate(classes):
+        os.makedirs(os.path.join(root, name), exist_ok=True)
+        for i in range(per_class):
+            shape, dtype, ext = kinds[(c * per_class + i) % len(kinds)]
+            img = rng.randint(0, np.iinfo(dtype).max, shape).astype(dtype)
+            cv2.imwrite(os.path.join(root, name, f'{i}.{ext}'), img)
+
+
+@pytest.fixture(scope='session')
+def write_image_folder():
+    """``write_image_folder(root, classes=('cat', 'dog'), per_class=2)``:
+    generated class folders of small images."""
+    return _write_image_folder
+
+
 def pytest_collection_modifyitems(items):
     """Tests marked ``heavy`` run first: pytest-xdist hands out tests in
     order, and a multi-second test handed out last keeps one worker busy

@@ -9,7 +9,13 @@ read the same files the same way but check each pickle of the split first
 images) and stop with an error naming the file, what is wrong with it and
 what was expected, like :class:`~lect_mm.datasets.STL10`. They download only
 with ``download=True``.
+
+The pickles are read by :func:`load_cifar_pickle`, an unpickler that builds
+only what the official files hold (dicts, lists, strings, bytes, numbers and
+numpy arrays): a file that would call anything else (``os.system``,
+``open``, ...) is refused before the call, whatever ``verify_md5``.
 """
+import io
 import os.path as osp
 import pickle
 from typing import List, Tuple
@@ -23,6 +29,48 @@ from mmpretrain.datasets.utils import (calculate_md5,
 from mmpretrain.registry import DATASETS
 
 CIFAR_IMG_BYTES = 3 * 32 * 32
+
+# The callables a CIFAR pickle may name: numpy's array reconstructors
+# (numpy 1.x writes ``numpy.core``, 2.x ``numpy._core``; protocol 5 uses
+# ``_frombuffer``) and ``_codecs.encode``, with which Python 3 writes bytes
+# under protocol 2. The official files (Python 2, protocol 2) name only
+# ``_reconstruct``, ``ndarray`` and ``dtype``.
+_CIFAR_GLOBALS = frozenset([
+    ('numpy', 'ndarray'),
+    ('numpy', 'dtype'),
+    ('numpy.core.multiarray', '_reconstruct'),
+    ('numpy._core.multiarray', '_reconstruct'),
+    ('numpy.core.numeric', '_frombuffer'),
+    ('numpy._core.numeric', '_frombuffer'),
+    ('_codecs', 'encode'),
+])
+
+
+class UnsafePickleError(pickle.UnpicklingError):
+    """A pickle names a callable that a CIFAR file never contains."""
+
+
+class _CIFARUnpickler(pickle.Unpickler):
+    """Builds dicts, lists, strings, bytes, numbers and numpy arrays only."""
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in _CIFAR_GLOBALS:
+            raise UnsafePickleError(
+                f'refused to load {module}.{name}: a CIFAR pickle holds '
+                'only dicts, lists, strings, bytes, numbers and numpy arrays')
+        return super().find_class(module, name)
+
+
+def load_cifar_pickle(raw: bytes):
+    """Unpickle the bytes of a CIFAR python pickle without running code.
+
+    Like ``pickle.loads(raw, encoding='latin1')`` (how mmpretrain and the
+    CIFAR authors read them), but any global other than numpy's array
+    reconstructors (``os.system``, ``builtins.open``, ``eval`` ...) raises
+    :class:`UnsafePickleError` (a ``pickle.UnpicklingError``) before it is
+    called.
+    """
+    return _CIFARUnpickler(io.BytesIO(raw), encoding='latin1').load()
 
 
 class _CheckedCIFARMixin:
@@ -91,7 +139,13 @@ class _CheckedCIFARMixin:
         with open(path, 'rb') as f:
             raw = f.read()
         try:
-            entry = pickle.loads(raw, encoding='latin1')
+            entry = load_cifar_pickle(raw)
+        except UnsafePickleError as error:
+            raise ValueError(
+                f'{self._name}: {path} is not a CIFAR python pickle: it '
+                f'would run code when unpickled ({error}). Nothing was run; '
+                f'remove the file. Expected {self._expected(name)}; '
+                f'{self._where()}.') from error
         except Exception as error:
             raise ValueError(
                 f'{self._name}: {path} ({len(raw):,} bytes) cannot be '

@@ -12,9 +12,12 @@ Two parts, both used by ``tools/train.py`` and ``tools/test.py`` (see
   looked up in the config the user wrote. Errors it cannot trace back to the
   config pass through unchanged.
 - :class:`ConfigCheckHook` checks, before the first iteration, what would
-  otherwise fail inside it: the head's ``num_classes`` (and
-  ``data_preprocessor.num_classes``) against the dataset's classes, and the
-  head's ``in_channels`` against what the backbone and neck put out.
+  otherwise fail inside it or go wrong silently: loaders that give no batch
+  per epoch, data sets whose class lists differ, the head's ``num_classes``
+  (and ``data_preprocessor.num_classes``) against the data sets' classes,
+  and the head's ``in_channels`` against what the backbone and neck put
+  out. :func:`explain_config_errors` also turns mmengine's "epoch_length
+  ... got 0" into the same message as the empty-epoch check.
 """
 import difflib
 import inspect
@@ -52,7 +55,9 @@ class ConfigError(KeyError, TypeError):
 
 class ConfigMismatchError(ValueError):
     """Config values that do not fit the data or each other (the head's
-    ``num_classes`` or ``in_channels``), found by :class:`ConfigCheckHook`.
+    ``num_classes`` or ``in_channels``, class lists that differ between the
+    splits, a batch size that leaves an epoch empty), found by
+    :class:`ConfigCheckHook`.
 
     A ``ValueError``: mmengine re-wraps a ``TypeError`` raised in a hook.
     """
@@ -330,6 +335,11 @@ def explain_config_errors(cfg):
     """
     try:
         yield
+    except AssertionError as error:
+        explanation = _explain_empty_epoch(error)
+        if explanation is None:
+            raise
+        raise ConfigMismatchError(explanation) from error
     except (KeyError, TypeError, AttributeError, ValueError) as error:
         if isinstance(error, (ConfigError, ConfigMismatchError)):
             raise
@@ -402,17 +412,167 @@ def _set_keys(cfg: dict, *candidates: str) -> List[str]:
     return found
 
 
+def _labels(dataset) -> Optional[np.ndarray]:
+    """The integer labels of a data set (one per sample), or None when it
+    cannot say (wrappers, unlabelled or very large data)."""
+    try:
+        if len(dataset) > ConfigCheckHook.max_scanned_labels:
+            return None
+        labels = np.asarray(dataset.get_gt_labels())
+    except Exception:  # no get_gt_labels, or no labels
+        return None
+    if labels.ndim == 1 and labels.size and labels.dtype.kind in 'iu':
+        return labels
+    return None
+
+
+def _set(settings: list, target: int, below: bool = False) -> str:
+    """``a=N and b=N`` for the settings that differ from (or, with
+    ``below``, are less than) ``target``."""
+    return ' and '.join(f'{key}={target}' for key, value in settings
+                        if value < target or not below and value != target)
+
+
+def _names(names, limit: int = 8) -> str:
+    shown = ', '.join(map(repr, names[:limit]))
+    return shown + (f', ... ({len(names)} in all)'
+                    if len(names) > limit else '')
+
+
+def _loader_shape(loader) -> Tuple[int, Optional[int], Optional[int], bool]:
+    """``(samples, samples per rank, batch size, drop_last)`` of a loader."""
+    batch_sampler = getattr(loader, 'batch_sampler', None)
+    batch_size = getattr(batch_sampler, 'batch_size',
+                         getattr(loader, 'batch_size', None))
+    drop_last = bool(
+        getattr(batch_sampler, 'drop_last', getattr(loader, 'drop_last',
+                                                    False)))
+    sampler = getattr(loader, 'sampler', None)
+    try:
+        per_rank = len(sampler)
+    except TypeError:
+        per_rank = None
+    return len(loader.dataset), per_rank, batch_size, drop_last
+
+
+def empty_epoch_problem(name: str, loader) -> Optional[str]:
+    """Why ``loader`` (the config's ``name``, e.g. ``'train_dataloader'``)
+    gives no batch per epoch, or None when it gives at least one.
+
+    Names the data set's size, the samples per rank, the number of ranks,
+    the batch size and ``drop_last``.
+    """
+    try:
+        if len(loader) > 0:
+            return None
+    except TypeError:  # an iterable loader without a length
+        return None
+    from mmengine.dist import get_world_size
+    samples, per_rank, batch_size, drop_last = _loader_shape(loader)
+    ranks = get_world_size()
+    dataset = f'{name}.dataset ({type(loader.dataset).__name__})'
+    if samples == 0:
+        return (f'{name} gives 0 iterations per epoch: {dataset} has no '
+                'samples. Check its data_root, data_prefix and ann_file.')
+    share = f'{per_rank} per rank, ' if per_rank is not None else ''
+    fix = (f'Set {name}.batch_size to at most {per_rank}'
+           if per_rank else f'Lower {name}.batch_size')
+    if drop_last:
+        fix += f', or {name}.drop_last=False (the last, smaller batch kept)'
+    done = 'trained' if name.startswith('train') else 'evaluated'
+    return (f'{name} gives 0 iterations per epoch: {dataset} has {samples} '
+            f'samples ({share}{ranks} rank{"s" if ranks != 1 else ""}), '
+            f'batch_size={batch_size}, drop_last={drop_last}, so nothing '
+            f'would be {done}. {fix}, or add samples.')
+
+
+def _explain_empty_epoch(error: AssertionError) -> Optional[str]:
+    """mmengine's "`epoch_length` must be a positive integer, but got 0"
+    (a parameter scheduler with ``convert_to_iter_based=True``, built before
+    any hook runs) in terms of the training loader, which the runner in the
+    failing frames has built by then."""
+    if '`epoch_length` must be a positive integer' not in str(error):
+        return None
+    from mmengine.runner import Runner
+    frames = _tb_frames(error)
+    try:
+        for frame in frames:
+            runner = frame.f_locals.get('self')
+            loader = getattr(getattr(runner, '_train_loop', None),
+                             'dataloader', None)
+            if isinstance(runner, Runner) and loader is not None:
+                problem = empty_epoch_problem('train_dataloader', loader)
+                if problem is not None:
+                    return (problem + ' (Found while building the parameter '
+                            'schedulers, which convert epochs to iterations.)')
+    finally:
+        del frames
+    return None
+
+
+def _class_mismatch(first: tuple, other: tuple) -> str:
+    """The message for two data sets whose class lists differ."""
+    (name_a, data_a, a, labels_a), (name_b, data_b, b, labels_b) = first, other
+
+    def unused(classes, labels):
+        if labels is None:
+            return set()
+        counts = np.bincount(labels[labels >= 0], minlength=len(classes))
+        return {c for c, n in zip(classes, counts) if n == 0}
+
+    parts = []
+    for name, mine, theirs, empty in (
+            (name_a, a, b, unused(a, labels_a)),
+            (name_b, b, a, unused(b, labels_b))):
+        only = [c for c in mine if c not in theirs]
+        if only:
+            shown = ', '.join(
+                repr(c) + (' (no samples)' if c in empty else '')
+                for c in only[:8])
+            more = f', ... ({len(only)} in all)' if len(only) > 8 else ''
+            parts.append(f'only in {name}: {shown}{more}')
+    if not parts:
+        parts.append('the same names in another order')
+    index = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    meaning = (f'label {index} means {a[index]!r} in {name_a} but '
+               f'{b[index]!r} in {name_b}' if index is not None else
+               f'labels {min(len(a), len(b))} and up exist in one only')
+    return (f'{name_a} ({type(data_a).__name__}, {len(a)} classes) and '
+            f'{name_b} ({type(data_b).__name__}, {len(b)} classes) do not '
+            f'list the same classes in the same order: {"; ".join(parts)}. '
+            f'A label is an index into the class list, so {meaning}: the '
+            'model would be scored against other classes than it learnt. '
+            'Give every split the same classes in the same order (class '
+            'folders: the same folder names in each split; an empty folder '
+            'is a class too).')
+
+
 @HOOKS.register_module()
 class ConfigCheckHook(Hook):
-    """Check, before the first iteration, what would otherwise fail in it.
+    """Check, before the first iteration, what would otherwise fail in it
+    or go wrong silently.
 
     Runs in ``before_run`` (the loaders are built, nothing has been
     trained) and raises :class:`ConfigMismatchError` naming the config keys
-    and both numbers when
+    and the numbers when
 
-    - a dataset of a built loader has labels (or classes) beyond the head's
-      ``num_classes`` or the data preprocessor's ``num_classes`` (otherwise:
-      ``IndexError: Target 9 is out of bounds`` at the first loss);
+    - a built loader gives no batch per epoch (a data set smaller than
+      ``batch_size`` with ``drop_last=True``, or no samples): the data set
+      size, samples per rank, ranks, batch size and ``drop_last`` are named
+      (with the shipped schedulers mmengine fails earlier, on "epoch_length
+      ... got 0", and :func:`explain_config_errors` gives the same message);
+    - the data sets of the train, val and test loaders do not list the same
+      classes in the same order (e.g. a class folder only one split has): a
+      label is an index into the class list, so the model would be scored
+      against other classes than it was trained on. The differing names
+      are shown;
+    - a data set has labels beyond its class list;
+    - the head's ``num_classes``, the data preprocessor's ``num_classes``
+      (Mixup/CutMix targets) or the head loss's ``num_classes``
+      (``LabelSmoothLoss``) differ from the number of classes, or, for data
+      without a class list, from each other or are too few for the labels
+      (otherwise: ``IndexError: Target 9 is out of bounds`` at the first
+      loss);
     - the head's ``in_channels`` is not what the backbone and neck put out:
       one sample of the first loader goes through the data preprocessor,
       backbone, neck and head (eval mode, no gradients, every random
@@ -438,53 +598,95 @@ class ConfigCheckHook(Hook):
             if hasattr(loop, 'dataloader'):
                 loaders.append((f'{name}_dataloader', loop.dataloader))
         for name, loader in loaders:
-            self._check_classes(model, cfg, name, loader.dataset, runner)
+            problem = empty_epoch_problem(name, loader)
+            if problem is not None:
+                raise ConfigMismatchError(problem)
+        self._check_classes(model, cfg, loaders)
         if loaders:
             self._check_head_input(model, cfg, *loaders[0], runner)
 
     @staticmethod
-    def _check_classes(model, cfg: dict, name: str, dataset, runner) -> None:
-        classes = (getattr(dataset, 'metainfo', None) or {}).get('classes')
-        num_classes = len(classes) if classes else 0
-        max_label = None
-        try:
-            if len(dataset) > ConfigCheckHook.max_scanned_labels:
-                raise ValueError('too many labels to scan at start-up')
-            labels = np.asarray(dataset.get_gt_labels())
-            if labels.ndim == 1 and labels.size and labels.dtype.kind in 'iu':
-                max_label = int(labels.max())
-        except Exception:  # wrappers, unlabelled or very large data
-            pass
-        # outputs the loss needs: the labels decide where they can be read
-        needed = max_label + 1 if max_label is not None else num_classes
-        if not needed:
-            return
+    def _check_classes(model, cfg: dict, loaders: list) -> None:
+        datasets = []  # (name, dataset, classes or None, labels or None)
+        for name, loader in loaders:
+            dataset = loader.dataset
+            classes = (getattr(dataset, 'metainfo', None) or {}).get('classes')
+            datasets.append((f'{name}.dataset', dataset,
+                             list(classes) if classes else None,
+                             _labels(dataset)))
+        listed = [d for d in datasets if d[2] is not None]
+        for other in listed[1:]:
+            if other[2] != listed[0][2]:
+                raise ConfigMismatchError(_class_mismatch(listed[0], other))
+        for what, dataset, classes, labels in datasets:
+            if classes and labels is not None and labels.max() >= len(
+                    classes):
+                raise ConfigMismatchError(
+                    f'{what} ({type(dataset).__name__}) has labels up to '
+                    f'{int(labels.max())}, but only {len(classes)} classes '
+                    f'({_names(classes)}): a label is an index into the '
+                    'class list. Fix its labels or its metainfo classes.')
+
         settings = []  # (key as the config sets it, value)
-        for key, owner in (('head.num_classes', getattr(model, 'head',
-                                                        None)),
-                           ('data_preprocessor.num_classes',
-                            getattr(model, 'data_preprocessor', None))):
+        for key, owner in (
+                ('head.num_classes', getattr(model, 'head', None)),
+                ('data_preprocessor.num_classes',
+                 getattr(model, 'data_preprocessor', None)),
+                ('head.loss.num_classes',
+                 getattr(getattr(model, 'head', None), 'loss_module', None))):
             value = getattr(owner, 'num_classes', None)
-            if isinstance(value, int):
+            if isinstance(value, int) and not isinstance(value, bool):
                 written = [k for k in ('model.' + key, key)
                            if _lookup(cfg, k) == value]
                 settings.append((written[0] if written else 'model.' + key,
                                  value))
         if not settings:
             return
-        what = (f'{name}.dataset ({type(dataset).__name__}: {num_classes} '
-                'classes' + (f', labels up to {max_label}'
-                             if max_label is not None else '') + ')')
         told = ' and '.join(f'{k}={v}' for k, v in settings)
-        if any(v < needed for _, v in settings):
+        values = [v for _, v in settings]
+        if listed:
+            what, dataset, classes, labels = listed[0]
+            target = len(classes)
+            if all(v == target for v in values):
+                return
+            sizes = f'{type(dataset).__name__}: {target} classes' + (
+                f', labels up to {int(labels.max())}'
+                if labels is not None else '')
+            needed = int(labels.max()) + 1 if labels is not None else target
+            if min(values) < needed:
+                why = (f'the first loss would fail with "Target '
+                       f'{needed - 1} is out of bounds"')
+            elif len(set(values)) > 1:
+                why = ('their outputs, targets (Mixup/CutMix) and loss '
+                       'would have different widths')
+            elif values[0] < target:
+                why = (f'classes {_names(classes[values[0]:])} could never '
+                       'be predicted')
+            else:
+                why = (f'outputs {target} to {values[0] - 1} would stand for '
+                       'no class')
             raise ConfigMismatchError(
-                f'{told}, but {what} needs {needed}: the first loss would '
-                f'fail with "Target {needed - 1} is out of bounds". Set '
-                f'{" and ".join(f"{k}={needed}" for k, _ in settings)}.')
-        if any(v < num_classes for _, v in settings):
-            runner.logger.warning(
-                f'{told}: fewer than the {num_classes} classes of {what} '
-                '(its labels fit).')
+                f'{told}, but {what} ({sizes}) needs {target} '
+                f'({_names(classes)}): {why}. Set '
+                f'{_set(settings, target)}.')
+        # No class list: the labels bound the outputs from below.
+        needed = max([int(d[3].max()) + 1 for d in datasets
+                      if d[3] is not None], default=0)
+        if needed and min(values) < needed:
+            what, dataset, _, labels = next(
+                d for d in datasets
+                if d[3] is not None and int(d[3].max()) + 1 == needed)
+            raise ConfigMismatchError(
+                f'{told}, but {what} ({type(dataset).__name__}: labels up to '
+                f'{needed - 1}) needs {needed}: the first loss would fail '
+                f'with "Target {needed - 1} is out of bounds". Set '
+                f'{_set(settings, needed, below=True)}.')
+        if len(set(values)) > 1:
+            target = max(values)
+            raise ConfigMismatchError(
+                f'{told} differ: the outputs, the Mixup/CutMix targets and '
+                f'the loss would have different widths. Set '
+                f'{_set(settings, target)} (the number of classes).')
 
     @staticmethod
     def _check_head_input(model, cfg: dict, name: str, loader,

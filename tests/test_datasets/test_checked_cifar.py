@@ -142,3 +142,65 @@ def test_download_only_when_asked(tmp_path, make_cifar10, no_download):
         CheckedCIFAR10(data_root=str(tmp_path), split='test', download=True)
     assert len(no_download) == 1
     assert no_download[0][0] == CheckedCIFAR10.url
+
+
+class _WritesMarker:
+    """Unpickles into ``open(marker, 'w')``: running it creates the file."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, 'w'))
+
+
+@pytest.mark.parametrize('verify_md5', [False, True])
+def test_crafted_pickle_runs_no_code(tmp_path, make_cifar10, no_download,
+                                     verify_md5):
+    """A data_batch_1 whose pickle would create a file: plain unpickling
+    runs it, CheckedCIFAR10 refuses the file without running it."""
+    import pickle
+    make_cifar10(str(tmp_path), per_batch=2)
+    path = osp.join(str(tmp_path), C10, 'data_batch_1')
+    marker = tmp_path / 'marker'
+    with open(path, 'wb') as f:
+        pickle.dump(dict(data=_WritesMarker(str(marker)), labels=[0, 1]), f,
+                    protocol=2)
+    with open(path, 'rb') as f:
+        pickle.load(f)['data'].close()  # as pickle.loads did: it runs
+    assert marker.exists()
+    marker.unlink()
+    with pytest.raises(ValueError) as info:
+        CheckedCIFAR10(data_root=str(tmp_path), split='train',
+                       verify_md5=verify_md5)
+    assert not marker.exists()
+    if verify_md5:  # the size check stops it before any unpickling
+        assert f'{path} is truncated' in str(info.value)
+    else:
+        assert str(info.value).startswith(
+            f'CheckedCIFAR10: {path} is not a CIFAR python pickle: it would '
+            'run code when unpickled (refused to load io.open')
+        assert 'Nothing was run' in str(info.value)
+
+
+@pytest.mark.parametrize('protocol', [2, 4, 5])
+def test_restricted_unpickler_reads_cifar_pickles(protocol):
+    """The official files' contents, written by numpy 1.x (``numpy.core``)
+    or 2.x, under the protocols Python 2 and 3 write."""
+    import pickle
+    entry = dict(batch_label='b', labels=[3, 1], filenames=['a.png', 'b.png'],
+                 data=np.arange(2 * 3072, dtype=np.uint8).reshape(2, 3072),
+                 raw=b'\x00\xff')
+    raw = pickle.dumps(entry, protocol=protocol)
+    variants = [raw]
+    if protocol == 2:  # as numpy 1.x names the reconstructor
+        variants.append(
+            raw.replace(b'numpy._core.multiarray', b'numpy.core.multiarray'))
+    for raw in variants:
+        loaded = cifar_mod.load_cifar_pickle(raw)
+        assert loaded.keys() == entry.keys()
+        np.testing.assert_array_equal(loaded['data'], entry['data'])
+        assert loaded['raw'] == b'\x00\xff'
+    with pytest.raises(cifar_mod.UnsafePickleError, match='posix.system'):
+        cifar_mod.load_cifar_pickle(
+            b'cposix\nsystem\n(S"echo hi"\ntR.')

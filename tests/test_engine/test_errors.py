@@ -257,3 +257,100 @@ def test_too_few_classes_in_data_preprocessor_is_named(tmp_path):
         'model.head.num_classes=10 and data_preprocessor.num_classes=9, but '
         'train_dataloader.dataset (Digits: 10 classes, labels up to 9) '
         'needs 10')
+
+
+class _Labelled:
+    """A data set as ConfigCheckHook reads it: classes and labels."""
+
+    def __init__(self, classes, labels):
+        self.metainfo = dict(classes=classes) if classes else {}
+        self.labels = labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def get_gt_labels(self):
+        return np.array(self.labels)
+
+
+def _class_check(model, *datasets):
+    """ConfigCheckHook's class checks on train (val, test) loaders of these
+    data sets."""
+    loaders = [(f'{split}_dataloader', SimpleNamespace(dataset=dataset))
+               for split, dataset in zip(('train', 'val', 'test'), datasets)]
+    ConfigCheckHook._check_classes(model, {}, loaders)
+
+
+def _classifier(head=3, pre=None, loss=None):
+    return SimpleNamespace(
+        head=SimpleNamespace(num_classes=head,
+                             loss_module=SimpleNamespace(num_classes=loss)),
+        data_preprocessor=SimpleNamespace(num_classes=pre))
+
+
+def test_class_lists_in_another_order_are_refused():
+    with pytest.raises(ConfigMismatchError) as info:
+        _class_check(_classifier(), _Labelled(['a', 'b', 'c'], [0, 1, 2]),
+                     _Labelled(['a', 'b', 'c'], [0]),
+                     _Labelled(['b', 'a', 'c'], [0]))
+    assert str(info.value).startswith(
+        'train_dataloader.dataset (_Labelled, 3 classes) and '
+        'test_dataloader.dataset (_Labelled, 3 classes) do not list the '
+        'same classes in the same order: the same names in another order. '
+        "A label is an index into the class list, so label 0 means 'a' in "
+        "train_dataloader.dataset but 'b' in test_dataloader.dataset")
+    _class_check(_classifier(), _Labelled(['a', 'b', 'c'], [0, 1, 2]),
+                 _Labelled(['a', 'b', 'c'], [2]))
+
+
+def test_labels_beyond_the_class_list_are_refused():
+    with pytest.raises(ConfigMismatchError,
+                       match=r"has labels up to 3, but only 3 classes "
+                       r"\('a', 'b', 'c'\)"):
+        _class_check(_classifier(), _Labelled(['a', 'b', 'c'], [0, 3]))
+
+
+def test_num_classes_settings_must_equal_the_classes():
+    data = _Labelled(['a', 'b', 'c'], [0, 1, 1])  # 'c' has no sample
+    with pytest.raises(ConfigMismatchError) as info:
+        _class_check(_classifier(head=2), data)
+    assert str(info.value) == (
+        'model.head.num_classes=2, but train_dataloader.dataset (_Labelled: '
+        "3 classes, labels up to 1) needs 3 ('a', 'b', 'c'): classes 'c' "
+        'could never be predicted. Set model.head.num_classes=3.')
+    with pytest.raises(ConfigMismatchError,
+                       match='head.loss.num_classes=4, but .* different '
+                       'widths. Set model.head.loss.num_classes=3.'):
+        _class_check(_classifier(loss=4), data)
+    _class_check(_classifier(pre=3, loss=3), data)
+
+
+def test_without_class_lists_the_settings_must_agree():
+    data = _Labelled(None, [0, 1])
+    _class_check(_classifier(head=5, pre=5), data)
+    with pytest.raises(ConfigMismatchError) as info:
+        _class_check(_classifier(head=5, pre=4), data)
+    assert str(info.value) == (
+        'model.head.num_classes=5 and model.data_preprocessor.num_classes=4 '
+        'differ: the outputs, the Mixup/CutMix targets and the loss would '
+        'have different widths. Set model.data_preprocessor.num_classes=5 '
+        '(the number of classes).')
+
+
+def test_empty_epoch_names_size_batch_ranks_and_drop_last():
+    from torch.utils.data import DataLoader
+
+    from lect_mm.engine.errors import empty_epoch_problem
+    assert empty_epoch_problem(
+        'train_dataloader', DataLoader(list(range(3)), batch_size=4)) is None
+    assert empty_epoch_problem(
+        'train_dataloader',
+        DataLoader(list(range(3)), batch_size=4, drop_last=True)) == (
+            'train_dataloader gives 0 iterations per epoch: '
+            'train_dataloader.dataset (list) has 3 samples (3 per rank, 1 '
+            'rank), batch_size=4, drop_last=True, so nothing would be '
+            'trained. Set train_dataloader.batch_size to at most 3, or '
+            'train_dataloader.drop_last=False (the last, smaller batch '
+            'kept), or add samples.')
+    assert 'has no samples' in empty_epoch_problem(
+        'val_dataloader', DataLoader([], batch_size=4))

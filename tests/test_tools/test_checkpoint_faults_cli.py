@@ -22,6 +22,15 @@ FAST = ['train_cfg.max_epochs=1', 'train_dataloader.dataset.indices=16',
         'log_level=WARNING']
 
 
+def head_of_100(loader):
+    """A 100-class model for data that lists 100 classes (ConfigCheckHook
+    refuses a head that does not fit the data): another head than the
+    trained one's 10."""
+    return ['model.head.num_classes=100', 'data_preprocessor.num_classes=100',
+            f'{loader}.dataset.metainfo.classes=' + ','.join(
+                f'c{i}' for i in range(100))]
+
+
 def _load_tool(name):
     spec = importlib.util.spec_from_file_location(
         f'lect_tools_faults_{name}', osp.join(REPO, 'tools', f'{name}.py'))
@@ -127,7 +136,7 @@ def test_test_tool_refuses_a_checkpoint_with_another_head(trained,
                                                           tmp_path):
     with pytest.raises(CheckpointMismatchError) as info:
         test_tool.main([TINY, trained, '--work-dir', str(tmp_path),
-                        '--cfg-options', 'model.head.num_classes=100'])
+                        '--cfg-options', *head_of_100('test_dataloader')])
     assert ('head.fc.weight: [10, 8] in the checkpoint, [100, 8] in the '
             'model') in str(info.value)
 
@@ -139,8 +148,7 @@ def test_load_from_another_head_fails_and_the_opt_out_fine_tunes(
     # process would share the first one's log file.
     args = [TINY, '--work-dir', str(tmp_path), '--no-validate',
             '--cfg-options', *FAST, f'experiment_name={tmp_path.name}',
-            f'load_from={trained}',
-            'model.head.num_classes=100']
+            f'load_from={trained}', *head_of_100('train_dataloader')]
     with pytest.raises(CheckpointMismatchError, match='load_from_strict'):
         train_tool.main(args)
     runner = train_tool.main(args + ['load_from_strict=False'])

@@ -234,7 +234,9 @@ def test_too_few_classes_stop_before_the_first_iteration(train_tool,
     assert str(info.value).startswith(
         'model.head.num_classes=5 and data_preprocessor.num_classes=10, but '
         'train_dataloader.dataset (Digits: 10 classes, labels up to 9) '
-        'needs 10: the first loss would fail')
+        "needs 10 ('0', '1', '2', '3', '4', '5', '6', '7', ... (10 in all)): "
+        'the first loss would fail with "Target 9 is out of bounds". Set '
+        'model.head.num_classes=10.')
     assert 'Epoch(train)' not in _log_text(str(tmp_path))
 
 

@@ -1,0 +1,206 @@
+"""Folder data sets whose unreadable images are named with their paths.
+
+mmcv's ``LoadImageFromFile`` names a file that decodes to nothing
+(``failed to load image: <path>``: truncated, damaged or not an image), but
+an empty (0-byte) file makes OpenCV raise ``!buf.empty()`` before that
+check, without the path, in whichever loader worker sampled it.
+:class:`CheckedCustomDataset` is mmpretrain's
+:class:`~mmpretrain.datasets.CustomDataset` (same arguments, samples, labels
+and classes) whose samples, when the pipeline fails on one, are looked at
+again with the pipeline's own loading transform: a missing, empty or
+undecodable file stops the run with an :class:`ImageFileError` naming its
+path and what is wrong with it, from the main process or any worker. With
+``scan_images=True`` every image is loaded once when the data set is built,
+and all the bad files are named together, before the first iteration.
+"""
+import os
+import os.path as osp
+from concurrent.futures import ThreadPoolExecutor
+from typing import List, Optional
+
+import mmengine.dist as dist
+from mmcv.transforms import LoadImageFromFile
+from mmengine.dataset import Compose
+from mmpretrain.datasets import CustomDataset
+from mmpretrain.registry import DATASETS
+
+__all__ = ['CheckedCustomDataset', 'ImageFileError', 'image_file_problem']
+
+# At most this many bad files are listed in one error (the count is given).
+_MAX_LISTED = 50
+
+
+class ImageFileError(ValueError):
+    """An image file of a data set that cannot be loaded: missing, empty,
+    truncated, damaged or not an image. The message names the file."""
+
+
+def _find_loader(pipeline) -> Optional[LoadImageFromFile]:
+    for transform in getattr(pipeline, 'transforms', None) or []:
+        if isinstance(transform, LoadImageFromFile):
+            return transform
+        if isinstance(transform, Compose):  # nested
+            found = _find_loader(transform)
+            if found is not None:
+                return found
+    return None
+
+
+def _loader_of(pipeline) -> LoadImageFromFile:
+    """The pipeline's ``LoadImageFromFile`` (or a subclass), else mmcv's
+    default one."""
+    return _find_loader(pipeline) or LoadImageFromFile()
+
+
+def image_file_problem(path: str,
+                       loader: Optional[LoadImageFromFile] = None
+                       ) -> Optional[str]:
+    """What keeps ``loader`` from loading ``path``, or None if it loads.
+
+    The file is loaded with ``loader`` (mmcv's ``LoadImageFromFile``: the
+    same file backend, decoder and colour type as the training pipeline;
+    its ``ignore_empty`` is not applied), so a file passes exactly when
+    the pipeline would read it.
+
+    Args:
+        path (str): The image file.
+        loader (LoadImageFromFile, optional): The loading transform.
+            Defaults to mmcv's default ``LoadImageFromFile()``.
+
+    Returns:
+        str | None: e.g. ``'<path> is empty (0 bytes)'``.
+    """
+    loader = loader or LoadImageFromFile()
+    # A copy with the same settings that does not return None for a bad
+    # file (ignore_empty) and that threads can use at once.
+    checker = object.__new__(type(loader))
+    checker.__dict__.update(vars(loader))
+    checker.ignore_empty = False
+    try:
+        result = checker.transform({'img_path': path})
+        if result is not None and result.get('img') is not None:
+            return None
+        failure = 'no image was decoded'
+    except Exception as error:  # what the decoder or the backend raised
+        failure = f'{type(error).__name__}: {error}'.strip()
+    if '://' not in path:  # a local file: say what is wrong with it
+        if not osp.exists(path):
+            return f'{path} does not exist'
+        if osp.isdir(path):
+            return f'{path} is a folder, not an image file'
+        if not os.access(path, os.R_OK):
+            return f'{path} cannot be read (permission denied)'
+        size = osp.getsize(path)
+        if size == 0:
+            return f'{path} is empty (0 bytes)'
+        if 'failed to load image' in failure:  # mmcv's: decoded to None
+            failure = ''
+        return (f'{path} ({size:,} bytes) cannot be decoded as an image '
+                '(truncated, damaged or not an image'
+                + (f'; {failure})' if failure else ')'))
+    return f'{path} cannot be loaded ({failure})'
+
+
+@DATASETS.register_module()
+class CheckedCustomDataset(CustomDataset):
+    """mmpretrain's ``CustomDataset`` that names every image it cannot load.
+
+    The same samples, labels and classes as
+    :class:`mmpretrain.datasets.CustomDataset` (class folders under
+    ``data_root/data_prefix``, or an ``ann_file``). Two additions:
+
+    - When the pipeline fails on a sample, its file is loaded again with the
+      pipeline's ``LoadImageFromFile``; if that fails too, an
+      :class:`ImageFileError` names the path and what is wrong (does not
+      exist, empty, cannot be decoded), whichever process (main or loader
+      worker) ran the pipeline. An error of a later transform on a readable
+      file (or of a pipeline without ``LoadImageFromFile``) is re-raised
+      unchanged, with the path added as a note (Python >= 3.11).
+    - ``scan_images=True`` loads every image once when the data set is
+      built (threads; in DDP each rank loads its share) and raises one
+      :class:`ImageFileError` naming every file that fails, before anything
+      is trained. It decodes the whole data set, so it is off by default:
+      then a bad file stops the run when a loader first reaches it.
+
+    Args:
+        scan_images (bool): Load every image when the data set is built.
+            Defaults to False.
+        scan_threads (int, optional): Threads for the scan. Defaults to
+            ``min(8, os.cpu_count())``.
+        **kwargs: The arguments of ``CustomDataset`` (``data_root``,
+            ``data_prefix``, ``ann_file``, ``extensions``, ``metainfo``,
+            ``pipeline`` ...).
+    """
+
+    def __init__(self,
+                 *args,
+                 scan_images: bool = False,
+                 scan_threads: Optional[int] = None,
+                 **kwargs):
+        self.scan_images = scan_images
+        self.scan_threads = scan_threads
+        super().__init__(*args, **kwargs)
+
+    def full_init(self):
+        if self._fully_initialized:
+            return
+        super().full_init()
+        if self.scan_images:
+            problems = self.find_unreadable_images()
+            if problems:
+                raise ImageFileError(self._describe(problems))
+
+    def _describe(self, problems: List[str]) -> str:
+        listed = problems[:_MAX_LISTED]
+        more = len(problems) - len(listed)
+        return (f'{type(self).__name__} ({self.img_prefix}): '
+                f'{len(problems)} of {len(self)} images cannot be loaded '
+                '(scan_images=True):\n  ' + '\n  '.join(listed) +
+                (f'\n  ... and {more} more' if more > 0 else '') +
+                '\nRemove or replace these files.')
+
+    def find_unreadable_images(self) -> List[str]:
+        """Load every image with the pipeline's loading transform.
+
+        In DDP each rank loads every ``world_size``-th image and the ranks
+        exchange what they found, so every rank returns the same list.
+
+        Returns:
+            list[str]: One line per file that fails, in data set order.
+        """
+        rank, world_size = dist.get_dist_info()
+        loader = _loader_of(self.pipeline)
+        paths = [(i, self.get_data_info(i)['img_path'])
+                 for i in range(rank, len(self), world_size)]
+        threads = self.scan_threads or min(8, os.cpu_count() or 1)
+        with ThreadPoolExecutor(max(1, threads)) as pool:
+            found = list(
+                pool.map(lambda item: (item[0],
+                                       image_file_problem(item[1], loader)),
+                         paths))
+        found = [(i, p) for i, p in found if p is not None]
+        if world_size > 1:
+            found = sum(dist.all_gather_object(found), [])
+        return [p for _, p in sorted(found)]
+
+    def prepare_data(self, idx):
+        try:
+            return super().prepare_data(idx)
+        except Exception as error:
+            path = self.get_data_info(idx).get('img_path')
+            loader = _find_loader(self.pipeline)
+            if path is None:
+                raise
+            # A pipeline that loads the image its own way is not second-
+            # guessed: its error only gets the path.
+            problem = (image_file_problem(path, loader)
+                       if loader is not None else None)
+            if problem is None:
+                if hasattr(error, 'add_note'):  # Python >= 3.11
+                    error.add_note(f'(sample {int(idx)} of '
+                                   f'{type(self).__name__}: {path})')
+                raise
+            raise ImageFileError(
+                f'{type(self).__name__}: sample {int(idx)}: {problem}. '
+                'Remove or replace the file (scan_images=True finds every '
+                'such file when the data set is built).') from error

@@ -1,0 +1,174 @@
+"""CheckedCustomDataset: mmpretrain's CustomDataset whose unreadable images
+are named with their paths, and its up-front scan."""
+import os
+import os.path as osp
+
+import numpy as np
+import pytest
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+from mmpretrain.datasets import CustomDataset
+from mmpretrain.registry import DATASETS
+
+from lect_mm.datasets import (CheckedCustomDataset, ImageFileError,
+                              image_file_problem)
+from lect_mm.engine import ConfigError, explain_config_errors
+
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+PIPELINE = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=8),
+    dict(type='PackInputs')
+]
+# mmengine's serialisation (for loader workers) runs gc.collect(): slow in a
+# test process, irrelevant here.
+FAST = dict(serialize_data=False)
+
+
+@pytest.fixture
+def folder(tmp_path, write_image_folder):
+    root = str(tmp_path / 'train')
+    write_image_folder(root, per_class=3)
+    return root
+
+
+def test_registered_and_same_samples_as_custom_dataset(folder):
+    assert DATASETS.get('CheckedCustomDataset') is CheckedCustomDataset
+    ours = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE, **FAST)
+    theirs = CustomDataset(data_root=folder, pipeline=PIPELINE, **FAST)
+    assert ours.CLASSES == theirs.CLASSES == ('cat', 'dog')
+    assert ours.data_list == theirs.data_list
+    for i in range(len(theirs)):  # grey, RGBA and 16-bit load as 3 x 8 bit
+        inputs = ours[i]['inputs']
+        assert inputs.shape[0] == 3 and inputs.dtype.itemsize == 1
+        np.testing.assert_array_equal(inputs, theirs[i]['inputs'])
+
+
+def _damage(path, how):
+    if how == 'empty':
+        open(path, 'wb').close()
+    elif how == 'text':
+        with open(path, 'w') as f:
+            f.write('not an image')
+    elif how == 'truncated':
+        with open(path, 'rb') as f:
+            head = f.read(osp.getsize(path) // 2)
+        with open(path, 'wb') as f:
+            f.write(head)
+    else:
+        os.remove(path)
+
+
+@pytest.mark.parametrize('how,problem', [
+    ('empty', 'is empty (0 bytes)'),
+    ('text', '(12 bytes) cannot be decoded as an image (truncated, damaged '
+     'or not an image)'),
+    ('truncated', 'bytes) cannot be decoded as an image (truncated, damaged '
+     'or not an image)'),
+    ('missing', 'does not exist'),
+])
+def test_a_bad_image_is_named_when_sampled(folder, how, problem):
+    """Before: an empty file raised OpenCV's "!buf.empty()" without the
+    path; now every kind of bad file is named."""
+    dataset = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE, **FAST)
+    path = dataset.get_data_info(4)['img_path']
+    _damage(path, how)
+    dataset[3]  # the others load
+    with pytest.raises(ImageFileError) as info:
+        dataset[4]
+    message = str(info.value)
+    assert message.startswith(f'CheckedCustomDataset: sample 4: {path} ')
+    assert problem in message
+    assert 'scan_images=True' in message
+    assert image_file_problem(path) in message
+
+
+def test_an_error_after_loading_is_kept_with_the_path_as_note(folder):
+    def fails(results):
+        raise KeyError('boom')
+
+    dataset = CheckedCustomDataset(
+        data_root=folder, pipeline=[dict(type='LoadImageFromFile'), fails],
+        **FAST)
+    with pytest.raises(KeyError, match='boom') as info:
+        dataset[0]
+    path = dataset.get_data_info(0)['img_path']
+    assert info.value.__notes__ == [
+        f'(sample 0 of CheckedCustomDataset: {path})']
+
+
+def test_scan_names_every_bad_file_when_built(folder):
+    dataset = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE, **FAST)
+    paths = [dataset.get_data_info(i)['img_path'] for i in (1, 5)]
+    _damage(paths[0], 'empty')
+    _damage(paths[1], 'text')
+    # by default, nothing is loaded when the data set is built
+    CheckedCustomDataset(data_root=folder, pipeline=PIPELINE, **FAST)
+    with pytest.raises(ImageFileError) as info:
+        CheckedCustomDataset(data_root=folder, pipeline=PIPELINE,
+                             scan_images=True, scan_threads=2, **FAST)
+    lines = str(info.value).splitlines()
+    assert lines[0] == (f'CheckedCustomDataset ({dataset.img_prefix}): 2 of '
+                        '6 images cannot be loaded (scan_images=True):')
+    assert lines[1] == f'  {paths[0]} is empty (0 bytes)'
+    assert lines[2].startswith(f'  {paths[1]} (12 bytes) cannot be decoded')
+
+
+IMAGENET_BASE = '''
+_base_ = ['mmpretrain::_base_/datasets/imagenet_bs32.py',
+          '{repo}/configs/_base_/default_runtime.py']
+train_dataloader = dict(dataset=dict({delete}type='CheckedCustomDataset',
+    data_root='{root}', data_prefix='', {pipeline}))
+'''
+
+
+def test_mmpretrain_imagenet_base_needs_delete_for_a_folder(tmp_path,
+                                                            folder):
+    """mmpretrain's imagenet_bs32.py sets ImageNet's split='train', which a
+    folder data set does not take: merged into another type it is named;
+    `_delete_=True` (giving the pipeline again) replaces the dict."""
+    init_default_scope('mmpretrain')
+    path = tmp_path / 'cfg.py'
+    path.write_text(IMAGENET_BASE.format(
+        repo=REPO, root=folder, delete='', pipeline=''))
+    cfg = Config.fromfile(str(path))
+    with pytest.raises(ConfigError) as info:
+        with explain_config_errors(cfg):
+            DATASETS.build(cfg.train_dataloader.dataset)
+    assert str(info.value).startswith('train_dataloader.dataset.split, ')
+    assert "CustomDataset has no argument 'split'" in str(info.value)
+    path.write_text(IMAGENET_BASE.format(
+        repo=REPO, root=folder, delete='_delete_=True, ',
+        pipeline='pipeline={{_base_.train_pipeline}}, serialize_data=False'))
+    cfg = Config.fromfile(str(path))
+    dataset = DATASETS.build(cfg.train_dataloader.dataset)
+    assert dataset[0]['inputs'].shape == (3, 224, 224)
+
+
+def test_mmpretrain_verify_dataset_lists_bad_files_of_the_folder_base(
+        tmp_path, folder, monkeypatch, capsys):
+    """docs/custom_dataset.md: mmpretrain's own scan tool reads the folder
+    base's configs."""
+    import importlib.util
+    import sys
+
+    import mmpretrain
+    script = osp.join(osp.dirname(mmpretrain.__file__), '.mim', 'tools',
+                      'misc', 'verify_dataset.py')
+    if not osp.isfile(script):
+        pytest.skip('mmpretrain installed without its tools')
+    bad = osp.join(folder, 'dog', '9.png')
+    open(bad, 'wb').close()
+    config = tmp_path / 'folder.py'
+    config.write_text(
+        f"_base_ = '{REPO}/configs/_base_/datasets/folder.py'\n"
+        f"train_dataloader = dict(dataset=dict(data_root='{folder}', "
+        "data_prefix=''))\n")
+    out = tmp_path / 'broken.log'
+    monkeypatch.setattr(sys, 'argv', [
+        script, str(config), '--out-path', str(out), '--phase', 'train'])
+    spec = importlib.util.spec_from_file_location('verify_dataset', script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main()
+    assert out.read_text().split() == [bad]

@@ -8,7 +8,8 @@ from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 from torch import nn
 
-from lect_mm.blocks.utils import set_named_defaults, takes_hw_shape
+from lect_mm.blocks.utils import (channels_last_weights, set_named_defaults,
+                                  takes_hw_shape)
 
 
 @MODELS.register_module()
@@ -64,6 +65,8 @@ class LeCTBlock(BaseModule):
         self.ffn_takes_hw_shape = takes_hw_shape(self.ffn, 'ffn_cfg')
         self.drop_path = (
             DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
+        # LeMSA and LeFFN run their convolutions on channels_last maps
+        channels_last_weights(self)
 
     def forward(self, x: torch.Tensor,
                 hw_shape: Tuple[int, int]) -> torch.Tensor:

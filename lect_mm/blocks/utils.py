@@ -223,3 +223,27 @@ def check_hw_shape(x: torch.Tensor,
         raise ValueError(f'hw_shape {tuple(hw_shape)} does not match the '
                          f'{x.shape[1]} tokens of x {tuple(x.shape)}.')
     return H, W
+
+
+def channels_last_weights(module: nn.Module) -> None:
+    """Give the 1x1 and depthwise (transposed) convolutions of ``module``
+    the strides of the channels_last maps they run on.
+
+    A weight of shape ``(C_out, C_in, 1, 1)`` or ``(C, 1, k, k)`` is laid out
+    in memory the same way in both formats, but its strides on the size-1
+    dimensions differ, and its gradient takes those of the input's format.
+    DDP's reducer compares a gradient's strides with its parameter's and
+    warns ("Grad strides do not match bucket view strides") when they
+    differ. Values, memory order and the kernels chosen do not change.
+    """
+    for conv in module.modules():
+        if not isinstance(conv, (nn.Conv2d, nn.ConvTranspose2d)):
+            continue
+        weight = conv.weight
+        target = torch.empty(weight.shape, dtype=weight.dtype,
+                             device=weight.device,
+                             memory_format=torch.channels_last)
+        if (weight.is_contiguous(memory_format=torch.channels_last)
+                and weight.stride() != target.stride()):
+            target.copy_(weight.data)
+            weight.data = target

@@ -9,6 +9,7 @@ training has finished. :func:`distributed_context` fixes both from the
 outside, leaving mmengine's accelerator path as it is.
 """
 import datetime
+import inspect
 import os
 import subprocess
 from contextlib import contextmanager
@@ -57,8 +58,9 @@ def setup_cpu_distributed(cfg: Config) -> bool:
     built: initialises the default process group with gloo (so mmengine
     skips its ``init_dist`` and ``torch.cuda.set_device``), sets
     ``env_cfg.dist_cfg.backend='gloo'`` and makes ``model_wrapper_cfg`` a
-    DDP wrapper with ``device_ids=None`` and ``broadcast_buffers=False``
-    (``find_unused_parameters`` taken from the config). The ranks' buffers
+    DDP wrapper with ``device_ids=None`` and no broadcast of the buffers
+    before every forward (:func:`no_buffer_broadcast`;
+    ``find_unused_parameters`` taken from the config). The ranks' buffers
     (BatchNorm statistics) are instead averaged after every training epoch,
     before its checkpoint and validation, by ``SyncBuffersHook``
     (``default_hooks.sync_buffers`` of default_runtime).
@@ -97,8 +99,8 @@ def setup_cpu_distributed(cfg: Config) -> bool:
         cfg.model_wrapper_cfg = dict(
             type='MMDistributedDataParallel',
             device_ids=None,
-            broadcast_buffers=False,
-            find_unused_parameters=cfg.get('find_unused_parameters', False))
+            find_unused_parameters=cfg.get('find_unused_parameters', False),
+            **no_buffer_broadcast())
     else:
         wrapper_type = MODEL_WRAPPERS.get(
             wrapper_cfg.get('type', 'MMDistributedDataParallel'))
@@ -106,6 +108,17 @@ def setup_cpu_distributed(cfg: Config) -> bool:
                 wrapper_type, DistributedDataParallel):
             wrapper_cfg['device_ids'] = None
     return True
+
+
+def no_buffer_broadcast() -> dict:
+    """DDP's argument that stops it from broadcasting rank 0's buffers
+    before every forward: ``forward_sync_buffers=False`` where torch has it
+    (it deprecates ``broadcast_buffers``, with a warning on every rank),
+    else ``broadcast_buffers=False``."""
+    params = inspect.signature(DistributedDataParallel.__init__).parameters
+    if 'forward_sync_buffers' in params:
+        return dict(forward_sync_buffers=False)
+    return dict(broadcast_buffers=False)
 
 
 def teardown_distributed() -> None:

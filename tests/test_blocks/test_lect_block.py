@@ -160,3 +160,18 @@ def test_drop_path_residual_matches_mmcv():
     torch.testing.assert_close(y, plain(x, (8, 8)))
     # some samples are dropped, some kept
     assert not torch.equal(y, blk(x, (8, 8)))
+
+
+@pytest.mark.parametrize('arch', ['v1', 'v2', 'v3'])
+def test_gradients_keep_their_parameters_strides(arch):
+    """DDP's gradient layout contract: its reducer warns ("Grad strides do
+    not match bucket view strides") when a gradient's strides differ from
+    its parameter's, as the 1x1 and depthwise convolutions' on channels_last
+    maps would without channels_last weights."""
+    from mmpretrain.registry import MODELS
+    backbone = MODELS.build(dict(type='LeCT', arch=arch, img_size=32)).train()
+    backbone(torch.randn(2, 3, 32, 32))[0].square().sum().backward()
+    differing = [(name, p.stride(), p.grad.stride())
+                 for name, p in backbone.named_parameters()
+                 if p.grad is not None and p.grad.stride() != p.stride()]
+    assert not differing

@@ -42,9 +42,11 @@ def test_pytorch_launcher_on_cpu_uses_gloo_and_cpu_ddp(monkeypatch):
             assert torch_dist.is_initialized()
             assert torch_dist.get_backend() == 'gloo'
             assert cfg.env_cfg.dist_cfg.backend == 'gloo'
+            # torch 2.14 deprecates broadcast_buffers (a warning on every
+            # rank) for forward_sync_buffers
             assert cfg.model_wrapper_cfg == dict(
                 type='MMDistributedDataParallel', device_ids=None,
-                broadcast_buffers=False, find_unused_parameters=True)
+                forward_sync_buffers=False, find_unused_parameters=True)
         assert not torch_dist.is_initialized()
     finally:
         teardown_distributed()

@@ -92,8 +92,11 @@ def test_dist_train_sh_two_cpu_ranks_train_one_model(tmp_path, load_script):
             ['bash', osp.join(REPO, 'tools', 'dist_train.sh'),
              str(config), '2', '--work-dir', str(work_dir)],
             env=env, stdout=out, stderr=subprocess.STDOUT, timeout=600)
-    assert proc.returncode == 0, (tmp_path /
-                                  'dist_train.log').read_text()[-6000:]
+    output = (tmp_path / 'dist_train.log').read_text()
+    assert proc.returncode == 0, output[-6000:]
+    # no warning lect_mm causes (DDP arguments, gradient layouts)
+    assert 'broadcast_buffers' not in output
+    assert 'Grad strides do not match' not in output
 
     ranks = [
         json.loads((work_dir / f'rank{r}.json').read_text()) for r in (0, 1)

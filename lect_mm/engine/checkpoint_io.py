@@ -322,9 +322,16 @@ def load_checkpoint_file(filename: str, map_location=None):
 
 def load_checkpoint_verified(filename: str, map_location=None):
     """Load a checkpoint from any path: a local file with
-    :func:`load_checkpoint_file`, anything else (``http://``, ``s3://``,
-    ``open-mmlab://``...) with mmengine's loader for its prefix."""
+    :func:`load_checkpoint_file`; an ``http(s)://`` URL downloaded into
+    torch's hub cache and loaded with ``weights_only=True`` as well
+    (mmengine's HTTP loader unpickles anything); other prefixes
+    (``s3://``, ``open-mmlab://``...) with mmengine's loader for them."""
     filename = os.fspath(filename)
+    if filename.startswith(('http://', 'https://')):
+        return from_plain(
+            torch.hub.load_state_dict_from_url(
+                filename, map_location=map_location,
+                weights_only=_weights_only()))
     if '://' in filename:
         return _load_checkpoint(filename, map_location=map_location)
     return load_checkpoint_file(filename, map_location)

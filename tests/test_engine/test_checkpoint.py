@@ -57,3 +57,43 @@ def test_arbitrary_class_still_refused(tmp_path, monkeypatch):
     with pytest.raises(pickle.UnpicklingError, match='Payload') as info:
         load_checkpoint_file(path)
     assert 'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD' not in str(info.value)
+
+
+class Marker:
+    """Unpickling this writes a file: code run from data."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return open, (self.path, 'w')
+
+
+def test_http_checkpoints_load_with_weights_only(tmp_path, monkeypatch):
+    import functools
+    import http.server
+    import threading
+
+    from lect_mm.engine import load_checkpoint_verified
+    monkeypatch.delenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', raising=False)
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
+    served = tmp_path / 'served'
+    served.mkdir()
+    torch.save({'state_dict': {'w': torch.ones(2)}}, served / 'good.pth')
+    marker = tmp_path / 'marker'
+    torch.save({'state_dict': {}, 'x': Marker(str(marker))},
+               served / 'evil.pth')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler,
+                                directory=str(served))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f'http://127.0.0.1:{server.server_address[1]}'
+    try:
+        good = load_checkpoint_verified(f'{url}/good.pth')
+        assert torch.equal(good['state_dict']['w'], torch.ones(2))
+        with pytest.raises(pickle.UnpicklingError):
+            load_checkpoint_verified(f'{url}/evil.pth')
+    finally:
+        server.shutdown()
+    assert not marker.exists()

@@ -49,6 +49,7 @@ def run(root: str, paths: List[str], with_lect_mm: bool, workers: int,
     """One pytest run of ``paths`` under ``root``; its outcomes."""
     env = dict(os.environ)
     cmd = [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+           '--continue-on-collection-errors',
            f'--junitxml={out}', *paths]
     if workers > 1:
         cmd += ['-n', str(workers)]

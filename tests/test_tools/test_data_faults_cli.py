@@ -15,7 +15,6 @@ from lect_mm.engine import ConfigMismatchError
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(REPO, 'tests', 'test_engine', 'data', 'tiny_digits.py')
-FOLDER_EXAMPLE = osp.join(REPO, 'configs', 'lect', 'lect_v1_folder.py')
 QUIET = ['log_level=WARNING', 'train_cfg.max_epochs=1']
 
 # The tiny digits model on class folders, 8x8 input (serialize_data=False:
@@ -229,7 +228,7 @@ def test_the_folder_example_trains_on_generated_images(
     write_image_folder(str(tmp_path / 'images' / 'train'), classes, 1)
     write_image_folder(str(tmp_path / 'images' / 'val'), classes, 1)
     config = f'''
-_base_ = '{FOLDER_EXAMPLE}'
+_base_ = 'lect_mm::lect/lect_v1_folder.py'
 data_root = '{tmp_path / "images"}'
 num_classes = 3
 model = dict(head=dict(num_classes=num_classes))

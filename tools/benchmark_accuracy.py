@@ -512,7 +512,9 @@ def machine() -> str:
                 names = [ln.split(':', 1)[1].strip() for ln in f
                          if ln.startswith('model name')]
             name = names[0] if names else name
-        device = f'CPU ({name}, {os.cpu_count()} logical cores)'
+        device = (f'CPU ({name}, {os.cpu_count()} logical cores, '
+                  f'{torch.get_num_threads()} intra-op thread'
+                  f'{"s" if torch.get_num_threads() > 1 else ""} per run)')
     return (f'{device}; Python {platform.python_version()}, torch '
             f'{torch.__version__}')
 

@@ -49,6 +49,7 @@ import math
 import os
 import os.path as osp
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -285,6 +286,13 @@ def _run(cmd: List[str], log_path: str) -> float:
     return time.perf_counter() - start
 
 
+def children_cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process's finished children,
+    their own children included (a training's loader workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def last_checkpoint(work_dir: str) -> str:
     """The checkpoint named in ``work_dir/last_checkpoint``."""
     pointer = osp.join(work_dir, 'last_checkpoint')
@@ -313,26 +321,32 @@ def run_one(protocol: str, run: Run, schedule: Schedule, work_root: str,
         *schedule_options(schedule)
     ]
 
-    # Seconds of training, summed over interrupted attempts.
+    # Wall and CPU seconds of training, summed over interrupted attempts.
     times_path = osp.join(work_dir, 'train_seconds.json')
-    seconds = []
-    if osp.isfile(times_path):
-        with open(times_path) as f:
-            seconds = json.load(f)
+    cpu_path = osp.join(work_dir, 'train_cpu_seconds.json')
+    seconds, cpu_seconds = [], []
+    for path, values in ((times_path, seconds), (cpu_path, cpu_seconds)):
+        if osp.isfile(path):
+            with open(path) as f:
+                values.extend(json.load(f))
     train_cmd = [
         sys.executable, 'tools/train.py', config, '--work-dir', work_dir,
         '--resume', *PROTOCOLS[protocol]['train_args'],
         *_cfg_args(options)
     ]
     print(f'[{run.name}] training: {" ".join(train_cmd[1:])}')
+    cpu_start = children_cpu_seconds()
     try:
         seconds.append(_run(train_cmd, log_path))
     except RunFailed as e:
         seconds.append(e.seconds)
         raise
     finally:
+        cpu_seconds.append(children_cpu_seconds() - cpu_start)
         with open(times_path, 'w') as f:
             json.dump(seconds, f)
+        with open(cpu_path, 'w') as f:
+            json.dump(cpu_seconds, f)
 
     checkpoint = last_checkpoint(work_dir)
     metrics_path = osp.join(work_dir, 'test_metrics.json')
@@ -357,6 +371,7 @@ def run_one(protocol: str, run: Run, schedule: Schedule, work_root: str,
         top1=float(metrics['accuracy/top1']),
         top5=float(metrics['accuracy/top5']),
         train_seconds=train_seconds,
+        train_cpu_seconds=sum(cpu_seconds),
         train_attempts=len(seconds),
         images_per_s=schedule.epochs * schedule.train_images / train_seconds,
         steps_per_s=schedule.steps / train_seconds,
@@ -466,18 +481,19 @@ def plot_data_efficiency(sizes_by_model: Dict[str, Dict[int, List[float]]],
 
 def plot_cost(by_model: Dict[str, List[dict]], out_png: str,
               title: str) -> None:
-    """Top-1 against training time: one point per run, the mean marked."""
+    """Top-1 against training CPU time: one point per run, the mean
+    marked."""
     from matplotlib.figure import Figure
     fig = Figure(figsize=(6.4, 4.4), dpi=100)
     ax = fig.subplots()
     for i, (model, runs) in enumerate(by_model.items()):
         color = f'C{i % 10}'
-        minutes = [r['train_seconds'] / 60 for r in runs]
+        minutes = [r.get('train_cpu_seconds', 0.) / 60 for r in runs]
         top1 = [r['top1'] for r in runs]
         ax.scatter(minutes, top1, color=color, alpha=0.45, s=18)
         ax.scatter([statistics.fmean(minutes)], [statistics.fmean(top1)],
                    color=color, marker='D', s=40, label=MODELS[model])
-    ax.set_xlabel('training time (min, this machine)')
+    ax.set_xlabel('training CPU time (min, this machine)')
     ax.set_ylabel('test top-1 (%)')
     ax.set_title(title, fontsize=10)
     ax.grid(True, alpha=0.3)
@@ -526,14 +542,18 @@ def _group(results: List[dict], key) -> Dict:
     return groups
 
 
+def _cpu_minutes(runs: List[dict]) -> float:
+    return statistics.fmean(r.get('train_cpu_seconds', 0.) for r in runs) / 60
+
+
 def seeds_table(by_model: Dict[str, List[dict]]) -> List[str]:
     seeds = sorted({r['seed'] for runs in by_model.values() for r in runs})
     rows = [
         '| model | top-1, mean ± SD | ' +
         ' | '.join(f'seed {s}' for s in seeds) +
         ' | top-5, mean | params (M) | FLOPs (G) | training time (min) | '
-        'images/s |',
-        '|---|---:|' + '---:|' * len(seeds) + '---:|---:|---:|---:|---:|',
+        'training CPU time (min) | images/s |',
+        '|---|---:|' + '---:|' * len(seeds) + '---:|---:|---:|---:|---:|---:|',
     ]
     ranked = sorted(by_model.items(),
                     key=lambda kv: -mean_sd([r['top1'] for r in kv[1]])[0])
@@ -548,6 +568,7 @@ def seeds_table(by_model: Dict[str, List[dict]]) -> List[str]:
             f'{runs[0]["params"] / 1e6:.4f} | '
             f'{runs[0]["flops"] / 1e9:.4f} | '
             f'{statistics.fmean(r["train_seconds"] for r in runs) / 60:.1f} '
+            f'| {_cpu_minutes(runs):.1f} '
             f'| {statistics.fmean(r["images_per_s"] for r in runs):.0f} |')
     return rows
 
@@ -630,7 +651,10 @@ def write_report(protocol: str, results: List[dict], base_images: int,
         '(`tools/test.py`). A seed sets initialisation, shuffling, '
         'augmentation and dropout (`randomness.seed`). Training time: wall '
         'time of `tools/train.py` (start-up and validation included); '
-        'images/s = epochs x training images / training time. FLOPs: one '
+        'training CPU time: the CPU seconds of that process and its loader '
+        'workers, which other work on the machine inflates much less than '
+        'the wall time; images/s = epochs x training images / training '
+        'time. FLOPs: one '
         f'image at {one["resolution"]}², one multiply-add = one FLOP, '
         'attention counted.',
         '',
@@ -679,8 +703,8 @@ def write_report(protocol: str, results: List[dict], base_images: int,
         lines += [
             '## Accuracy against training time',
             '',
-            f'Each run at {base_images:,} training images is a point, the '
-            'diamond is the model\'s mean.',
+            f'Each run at {base_images:,} training images is a point at its '
+            'training CPU time, the diamond is the model\'s mean.',
             '',
             f'![cost]({cost_png})',
             '',

@@ -135,6 +135,9 @@ class FakeRuns:
 
 @pytest.fixture
 def fake_tool(ba, monkeypatch):
+    # each training's children use 7 CPU seconds
+    clock = iter(range(0, 10_000, 7))
+    monkeypatch.setattr(ba, 'children_cpu_seconds', lambda: next(clock))
     monkeypatch.setattr(ba, 'describe', lambda config, opts: dict(
         params=1_000_000, flops=50_000_000, resolution=64))
     monkeypatch.setattr(ba, 'train_set_size', lambda cfg: int(
@@ -166,6 +169,7 @@ def test_interrupted_runs_continue_where_they_stopped(ba, tmp_path,
     # the interrupted attempt and the finished one are both counted
     resnet = results['resnet/n10000_seed1']
     assert resnet['train_attempts'] == 2 and resnet['train_seconds'] == 20.0
+    assert resnet['train_cpu_seconds'] == 14
     assert resnet['images_per_s'] == 8 * 10_000 / 20.0
     assert resnet['steps'] == 1256 and resnet['seed'] == 1
 

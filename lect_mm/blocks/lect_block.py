@@ -8,8 +8,7 @@ from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 from torch import nn
 
-from lect_mm.blocks.utils import (run_checkpointed, set_defaults,
-                                  takes_hw_shape)
+from lect_mm.blocks.utils import run_checkpointed, set_defaults, takes_hw_shape
 
 
 @MODELS.register_module()

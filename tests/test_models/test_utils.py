@@ -5,9 +5,9 @@ import torch
 import torch.nn as nn
 
 from lect_mm.models.backbones.base_backbone import ZooBackbone
-from lect_mm.models.utils import (check_frozen_stages, check_per_stage,
-                                  freeze, is_pretrained, parse_arch,
-                                  parse_out_indices, parse_pooled_out)
+from lect_mm.models.utils import (check_frozen_stages, check_per_stage, freeze,
+                                  is_pretrained, parse_arch, parse_out_indices,
+                                  parse_pooled_out)
 
 
 def test_parse_out_indices():

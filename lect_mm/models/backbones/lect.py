@@ -18,8 +18,8 @@ from mmengine.model import BaseModule, ModuleList
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks import SVConvTransposeUpsampler
-from lect_mm.blocks.utils import (accepted_args, check_norm_cfg,
-                                  conv_out_size, set_defaults, to_pair)
+from lect_mm.blocks.utils import (accepted_args, check_norm_cfg, conv_out_size,
+                                  set_defaults, to_pair)
 from lect_mm.models.utils import TRUNC_NORMAL_INIT_CFG, parse_arch
 from .base_backbone import ZooBackbone, to_map
 

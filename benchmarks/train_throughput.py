@@ -11,9 +11,10 @@ device-independent footprint of a step (``lect_mm.analysis.
 training_footprint``, eager fp32, batch ``min(8, --batch-size)``): the bytes
 autograd saves for backward per image and the ATen ops dispatched in forward
 + backward, all and without the views, each also as a ratio to ResNet.
-``--variants`` prints step time and footprint of LeCT as configured, with its
-blocks' recomputation turned on and/or dropout turned off (what each costs in
-time, memory and ops), all timed in turns with ResNet.
+``--variants`` prints step time and footprint of LeCT as configured
+(``with_cp=False``), with ``with_cp=True`` (its blocks recompute their cheap
+layers in backward) and/or dropout turned off (what each costs in time,
+memory and ops), all timed in turns with ResNet.
 
 Examples::
 
@@ -222,23 +223,20 @@ OPS_NOTE = ('ATen ops: calls seen by a TorchDispatchMode in forward + '
             '(views, autograd\'s detach of each parameter gradient) and so '
             'run a kernel, on a GPU at least one launch each')
 
-#: ``--variants``: LeCT as configured, with its blocks' recomputation
-#: turned on and with dropout (drop_rate and drop path) turned off, as config
-#: overrides.
-_RECOMPUTE = {
-    'model.backbone.attn_cfg': dict(recompute=True),
-    'model.backbone.ffn_cfg': dict(recompute=True),
-}
+#: ``--variants``: LeCT as configured, with gradient checkpointing
+#: (``with_cp``) turned on and with dropout (drop_rate and drop path) turned
+#: off, as config overrides.
+_WITH_CP = {'model.backbone.with_cp': True}
 _NO_DROPOUT = {
     'model.backbone.drop_rate': 0.,
     'model.backbone.drop_path_rate': 0.,
 }
 VARIANTS = {
     'as configured': {},
-    'recompute=True': _RECOMPUTE,
+    'with_cp=True': _WITH_CP,
     'no dropout, no drop path': _NO_DROPOUT,
-    'recompute=True, no dropout, no drop path': {
-        **_RECOMPUTE,
+    'with_cp=True, no dropout, no drop path': {
+        **_WITH_CP,
         **_NO_DROPOUT
     },
 }
@@ -283,7 +281,7 @@ def variants_table(args, device: torch.device, report: Report) -> None:
         stat.ms(), f'{ref_time / stat.median:.2f}',
         *_footprint_cells(fig, ref)
     ] for (name, variant, _, _), fig, stat in zip(runs, figures, stats)]
-    report.add(f'### LeCT with recomputation on and dropout off '
+    report.add(f'### LeCT with with_cp on and dropout off '
                f'({_settings(args)})')
     report.add()
     report.add(
@@ -297,9 +295,9 @@ def variants_table(args, device: torch.device, report: Report) -> None:
                f'rows in turns of {args.steps_per_turn} (after one untimed '
                f'step). {OPS_NOTE}; eager fp32, '
                f'batch {min(8, args.batch_size)}, ratio to '
-               f'{REFERENCE_MODEL} in parentheses. recompute=True: '
-               'attn_cfg and ffn_cfg recompute their cheap layers in '
-               'backward instead of keeping them; no dropout: '
+               f'{REFERENCE_MODEL} in parentheses. with_cp=True: the '
+               'blocks recompute their cheap layers in backward instead of '
+               'keeping them (as configured: with_cp=False); no dropout: '
                'drop_rate and drop_path_rate 0.')
     report.add()
 

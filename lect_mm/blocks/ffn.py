@@ -40,11 +40,11 @@ class LeFFN(BaseModule):
         norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
         act_cfg (dict): Activation config. Defaults to
             ``dict(type='GELU')``.
-        recompute (bool): In training, keep only conv1's output for the
-            chain up to conv3 and recompute its norms, activations,
-            depthwise conv and dropout in backward (same values and
-            gradients, about half the LeFFN's activation memory).
-            Defaults to False.
+        with_cp (bool): Gradient checkpointing of the cheap layers: in
+            training, keep only conv1's output for the chain up to conv3 and
+            recompute its norms, activations, depthwise conv and dropout in
+            backward (same values and gradients, about half the LeFFN's
+            activation memory, a slower step). Defaults to False.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -56,10 +56,10 @@ class LeFFN(BaseModule):
                  with_bn: bool = True,
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
-                 recompute: bool = False,
+                 with_cp: bool = False,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
-        self.recompute = recompute
+        self.with_cp = with_cp
         hidden = int(embed_dims * ffn_ratio)
         if hidden < 1:
             raise ValueError(f'int(embed_dims * ffn_ratio) = int({embed_dims}'

@@ -8,8 +8,8 @@ from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 from torch import nn
 
-from lect_mm.blocks.utils import (channels_last_weights, set_named_defaults,
-                                  takes_hw_shape)
+from lect_mm.blocks.utils import (channels_last_weights, run_checkpointed,
+                                  set_defaults, takes_hw_shape)
 
 
 @MODELS.register_module()
@@ -28,6 +28,12 @@ class LeCTBlock(BaseModule):
     ``attn``, ``norm2``, ``ffn`` (reference: ``norm1``, ``leatt``,
     ``norm2``, ``leff``).
 
+    ``with_cp`` is the one checkpointing switch of the block: a sub-block
+    that implements it (has a ``with_cp`` attribute, as LeMSA, LeMSAv2 and
+    LeFFN, which recompute only their cheap layers) gets the block's value;
+    any other runs under ``torch.utils.checkpoint``. The block itself is
+    never run twice, and a sub-config that sets ``with_cp`` raises.
+
     Args:
         embed_dims (int): Number of channels ``C``.
         attn_cfg (dict): Token-mixer config, e.g.
@@ -38,6 +44,8 @@ class LeCTBlock(BaseModule):
         norm_cfg (dict): Norm config. Defaults to
             ``dict(type='LN', eps=1e-6)``.
         drop_path_rate (float): Stochastic-depth rate. Defaults to 0.
+        with_cp (bool): Gradient checkpointing of the sub-blocks.
+            Defaults to False.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -47,14 +55,22 @@ class LeCTBlock(BaseModule):
                  ffn_cfg: dict,
                  norm_cfg: dict = dict(type='LN', eps=1e-6),
                  drop_path_rate: float = 0.,
+                 with_cp: bool = False,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
+        for name, cfg in (('attn_cfg', attn_cfg), ('ffn_cfg', ffn_cfg)):
+            if 'with_cp' in cfg:
+                raise ValueError(
+                    f'{name} sets with_cp; checkpointing has one switch, the '
+                    "block's (a backbone's) with_cp, which reaches every "
+                    'sub-block.')
         self.embed_dims = embed_dims
+        self.with_cp = with_cp
         self.norm1 = build_norm_layer(norm_cfg, embed_dims)[1]
         self.attn = MODELS.build(
             attn_cfg, default_args=dict(embed_dims=embed_dims))
         self.norm2 = build_norm_layer(norm_cfg, embed_dims)[1]
-        ffn_cfg = set_named_defaults(ffn_cfg, add_identity=False)
+        ffn_cfg = set_defaults(ffn_cfg, add_identity=False)
         self.ffn = MODELS.build(
             ffn_cfg, default_args=dict(embed_dims=embed_dims))
         if getattr(self.ffn, 'add_identity', False):
@@ -65,6 +81,9 @@ class LeCTBlock(BaseModule):
         self.ffn_takes_hw_shape = takes_hw_shape(self.ffn, 'ffn_cfg')
         self.drop_path = (
             DropPath(drop_path_rate) if drop_path_rate > 0 else nn.Identity())
+        for sub in (self.attn, self.ffn):
+            if hasattr(sub, 'with_cp'):
+                sub.with_cp = with_cp
         # LeMSA and LeFFN run their convolutions on channels_last maps
         channels_last_weights(self)
 
@@ -75,7 +94,10 @@ class LeCTBlock(BaseModule):
         Returns:
             torch.Tensor: Tokens (B, N, C).
         """
-        x = x + self.drop_path(self.attn(self.norm1(x), hw_shape))
-        if self.ffn_takes_hw_shape:
-            return x + self.drop_path(self.ffn(self.norm2(x), hw_shape))
-        return x + self.drop_path(self.ffn(self.norm2(x)))
+        x = x + self.drop_path(
+            run_checkpointed(self.attn, self.norm1(x), hw_shape,
+                             with_cp=self.with_cp))
+        args = (hw_shape, ) if self.ffn_takes_hw_shape else ()
+        return x + self.drop_path(
+            run_checkpointed(self.ffn, self.norm2(x), *args,
+                             with_cp=self.with_cp))

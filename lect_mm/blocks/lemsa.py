@@ -76,12 +76,19 @@ class LeMSA(PooledKeyAttention):
             Defaults to 'sequential'.
         impl (str): ``'auto'``, ``'fused'`` or ``'literal'``.
             Defaults to 'auto'.
-        norm_cfg (dict): Norm of the convs. Defaults to ``dict(type='BN')``.
+        norm_cfg (dict): Norm of the convs and of the query upsampler
+            where it has one and its config sets none. Defaults to
+            ``dict(type='BN')``.
         act_cfg (dict): Activation. Defaults to ``dict(type='GELU')``.
-        recompute (bool): Recompute the depthwise branches and the
-            attention in backward instead of keeping their intermediates
+        with_cp (bool): Gradient checkpointing: recompute the depthwise
+            branches and the attention in backward instead of keeping their
+            intermediates
             (:class:`~lect_mm.blocks.pooled_attention.PooledKeyAttention`).
             Defaults to False.
+        input_size (tuple[int, int], optional): The ``(H, W)`` grid the
+            layer is built for (see
+            :class:`~lect_mm.blocks.pooled_attention.PooledKeyAttention`).
+            Defaults to None.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -101,21 +108,23 @@ class LeMSA(PooledKeyAttention):
                  impl: str = 'auto',
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
-                 recompute: bool = False,
+                 with_cp: bool = False,
+                 input_size: Optional[Sequence[int]] = None,
                  init_cfg=None):
         if embed_dims % num_heads != 0:
             raise ValueError(f'embed_dims ({embed_dims}) must be divisible '
                              f'by num_heads ({num_heads}).')
         super().__init__(embed_dims, num_heads, sr_ratio, pool_size,
                          key_upsample, attn_drop, proj_drop, impl,
-                         recompute=recompute, init_cfg=init_cfg)
+                         with_cp=with_cp, input_size=input_size,
+                         init_cfg=init_cfg)
         self.qkv_mode = check_choice(qkv_mode, QKV_MODES, 'qkv_mode')
         self.conv_skip = conv_skip
         self.proj_v = nn.Linear(embed_dims, embed_dims, bias=qkv_bias)
         self.conv1 = _conv_bn(embed_dims, kernel_size, qkv_bias, norm_cfg)
         self.conv2 = _conv_bn(embed_dims, kernel_size, qkv_bias, norm_cfg)
         self.act = build_activation_layer(act_cfg)
-        self._build_output(query_upsampler, embed_dims)
+        self._build_output(query_upsampler, embed_dims, norm_cfg)
 
     def forward(self, x: torch.Tensor,
                 hw_shape: Tuple[int, int]) -> torch.Tensor:
@@ -192,11 +201,14 @@ class LeMSAv2(PooledKeyAttention):
             Defaults to False.
         impl (str): ``'auto'``, ``'fused'`` or ``'literal'``.
             Defaults to 'auto'.
-        norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
+        norm_cfg (dict): Norm of the convs and of the query upsampler, as
+            :class:`LeMSA`'s. Defaults to ``dict(type='BN')``.
         act_cfg (dict): Activation. Defaults to ``dict(type='GELU')``.
         pool_size (int | tuple[int, int], optional): Fixed pooled grid
             instead of ``sr_ratio``. Defaults to None.
-        recompute (bool): As :class:`LeMSA`'s. Defaults to False.
+        with_cp (bool): As :class:`LeMSA`'s. Defaults to False.
+        input_size (tuple[int, int], optional): As :class:`LeMSA`'s.
+            Defaults to None.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -217,7 +229,8 @@ class LeMSAv2(PooledKeyAttention):
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
                  pool_size: Optional[Union[int, Sequence[int]]] = None,
-                 recompute: bool = False,
+                 with_cp: bool = False,
+                 input_size: Optional[Sequence[int]] = None,
                  init_cfg=None):
         h_dim = int(embed_dims * h_ratio)
         l_dim = embed_dims - h_dim
@@ -232,7 +245,8 @@ class LeMSAv2(PooledKeyAttention):
                 f'must be divisible by num_heads ({num_heads}).')
         super().__init__(embed_dims, num_heads, sr_ratio, pool_size,
                          key_upsample, attn_drop, proj_drop, impl,
-                         recompute=recompute, init_cfg=init_cfg)
+                         with_cp=with_cp, input_size=input_size,
+                         init_cfg=init_cfg)
         self.h_dim, self.l_dim = h_dim, l_dim
         self.low_from_input = low_from_input
         self.proj_v = nn.Linear(
@@ -243,7 +257,7 @@ class LeMSAv2(PooledKeyAttention):
             nn.Conv2d(l_dim, h_dim, 1, bias=True),
             build_norm_layer(norm_cfg, h_dim)[1])
         self.act = build_activation_layer(act_cfg)
-        self._build_output(query_upsampler, l_dim)
+        self._build_output(query_upsampler, l_dim, norm_cfg)
         # Channel order of the per-head [avg, max] maps in the concatenated
         # [avg, max] map (a non-persistent buffer: not in the state dict).
         d = l_dim // num_heads

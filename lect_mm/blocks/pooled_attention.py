@@ -16,8 +16,9 @@ from mmpretrain.registry import MODELS
 from .dropout import FastDropout
 from .functional import IMPLS, attend
 from .recompute import recompute, recompute_active
-from .upsample import (MATMUL_RESIZE_MAX_CELLS, SVConvTransposeUpsampler,
-                       check_resize_mode, resize, resize_grid_axis)
+from .upsample import (MATMUL_RESIZE_MAX_CELLS, ResizeDWConvUpsampler,
+                       SVConvTransposeUpsampler, check_resize_mode, resize,
+                       resize_grid_axis)
 from .utils import check_choice
 
 #: The attention paths of pooled-key attention: :data:`IMPLS` and ``'auto'``.
@@ -223,12 +224,18 @@ class PooledKeyAttention(BaseModule):
         impl (str): ``'fused'`` (SDPA on resized keys), ``'literal'``
             (logit map resized along the key axis) or ``'auto'``
             (:func:`resolve_impl`). All three compute the same function.
-        recompute (bool): In training, :meth:`attend` keeps only its pooled
-            queries and keys and the values for backward and recomputes the
-            resized keys, the attention and the query upsampler there (same
-            values and gradients); a subclass recomputes its own cheap
-            layers likewise. False keeps every intermediate (more memory,
-            fewer ops). Defaults to False.
+        with_cp (bool): Gradient checkpointing of the cheap layers: in
+            training, :meth:`attend` keeps only its pooled queries and keys
+            and the values for backward and recomputes the resized keys, the
+            attention and the query upsampler there (same values and
+            gradients); a subclass recomputes its own cheap layers likewise.
+            False keeps every intermediate (more memory, fewer ops).
+            Defaults to False.
+        input_size (tuple[int, int], optional): The ``(H, W)`` token grid
+            the attention is built for (a backbone's stage at its
+            ``img_size``). Only a query upsampler built for one pooled grid
+            (:class:`~lect_mm.blocks.SVConvTransposeUpsampler`) needs it.
+            Defaults to None.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -241,7 +248,8 @@ class PooledKeyAttention(BaseModule):
                  attn_drop: float,
                  proj_drop: float,
                  impl: str,
-                 recompute: bool = False,
+                 with_cp: bool = False,
+                 input_size: Optional[Sequence[int]] = None,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self.sr_ratio, self.pool_size = _check_pooling(sr_ratio, pool_size)
@@ -254,15 +262,22 @@ class PooledKeyAttention(BaseModule):
         self.proj_drop = FastDropout(proj_drop)
         self.return_attn_map = False
         self.attn_map = None
-        self.recompute = recompute
+        self.with_cp = with_cp
+        self.input_size = None if input_size is None else tuple(input_size)
 
-    def _build_output(self, query_upsampler: dict, channels: int):
+    def _build_output(self,
+                      query_upsampler: dict,
+                      channels: int,
+                      norm_cfg: Optional[dict] = None):
         """Build the query upsampler (on the attention's ``channels``) and
         the ``C -> C`` output projection.
 
-        A :class:`~lect_mm.blocks.SVConvTransposeUpsampler` gets
-        ``scale_factor=sr_ratio`` and ``in_size=pool_size`` unless its
-        config sets them.
+        The attention owns its upsampler's geometry: a
+        :class:`~lect_mm.blocks.SVConvTransposeUpsampler` gets
+        ``scale_factor=sr_ratio`` and, as ``in_size``, the pooled grid of
+        ``input_size`` (or ``pool_size``) unless its config sets them. A
+        :class:`~lect_mm.blocks.ResizeDWConvUpsampler` gets ``norm_cfg``
+        (the attention's) unless its config sets one.
         """
         cfg = dict(query_upsampler)
         layer_type = cfg.get('type')
@@ -271,18 +286,32 @@ class PooledKeyAttention(BaseModule):
         if cls is not None and issubclass(cls, SVConvTransposeUpsampler):
             if self.sr_ratio is not None:
                 cfg.setdefault('scale_factor', self.sr_ratio)
-            if self.pool_size is not None:
-                cfg.setdefault('in_size', self.pool_size)
+            if self.pool_size is not None or self.input_size is not None:
+                cfg.setdefault('in_size', self.pooled_grid(self.input_size))
+            if 'in_size' not in cfg:
+                raise ValueError(
+                    f'query_upsampler: {cls.__name__} has a kernel per '
+                    'pooled cell, so it is built for one pooled grid: give '
+                    'the attention input_size (the (H, W) token grid it is '
+                    'built for) or pool_size, or the upsampler in_size.')
+        if (norm_cfg is not None and cls is not None
+                and issubclass(cls, ResizeDWConvUpsampler)):
+            cfg.setdefault('norm_cfg', norm_cfg)
         self.query_upsampler = MODELS.build(
             cfg, default_args=dict(channels=channels))
         self.proj = nn.Linear(self.embed_dims, self.embed_dims)
 
+    def pooled_grid(self, hw_shape: Tuple[int, int]) -> Tuple[int, int]:
+        """The pooled grid ``(h', w')`` of an ``hw_shape`` map."""
+        if self.pool_size is not None:
+            return self.pool_size
+        K = self.sr_ratio
+        return -(-hw_shape[0] // K), -(-hw_shape[1] // K)
+
     def pooled_cells(self, hw_shape: Tuple[int, int]) -> int:
         """Cells of the pooled grid of an ``hw_shape`` map."""
-        if self.pool_size is not None:
-            return self.pool_size[0] * self.pool_size[1]
-        K = self.sr_ratio
-        return -(-hw_shape[0] // K) * -(-hw_shape[1] // K)
+        h, w = self.pooled_grid(hw_shape)
+        return h * w
 
     def pool(self, x: torch.Tensor, op: str = 'avg') -> torch.Tensor:
         """Pool a ``(B, c, H, W)`` map to the query/key grid

@@ -1,4 +1,5 @@
-"""Recomputation of cheap layer chains in backward (activation memory).
+"""Recomputation of cheap layer chains in backward: how LeCT's blocks
+implement ``with_cp`` (activation memory).
 
 The blocks run chains of norms, activations, dropouts, pools, resizes and
 depthwise convolutions whose every intermediate autograd would keep for
@@ -19,10 +20,11 @@ from .functional import is_compiling
 
 
 def recompute_active(module: nn.Module) -> bool:
-    """Whether ``module`` (with a ``recompute`` switch) recomputes now: in
-    training, with autograd recording, and not under ``torch.compile``
-    (Inductor decides what to keep itself)."""
-    if not (getattr(module, 'recompute', False) and module.training
+    """Whether ``module`` (a block whose ``with_cp`` is implemented by
+    :func:`recompute`) recomputes now: ``with_cp`` on, in training, with
+    autograd recording, and not under ``torch.compile`` (Inductor decides
+    what to keep itself)."""
+    if not (getattr(module, 'with_cp', False) and module.training
             and torch.is_grad_enabled() and not is_compiling()):
         return False
     # Only plain BatchNorm2d: SyncBatchNorm would communicate again in

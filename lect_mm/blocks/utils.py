@@ -2,46 +2,68 @@
 
 A block that builds a swappable sub-block (``attn_cfg=dict(type=...)``) has
 block-level arguments such as ``num_heads`` or ``attn_drop_rate``; they are
-filled into the sub-block's config only where the config leaves them unset
-and the target type's ``__init__`` accepts them, so any registered type can
+offered to the sub-block's config only where the config leaves them unset
+and the target type's ``__init__`` names them (or, through ``**kwargs``, the
+``__init__`` of a base class it passes them to), so any registered type can
 be named without passing it arguments it does not know.
 """
 import copy
 import inspect
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint as cp
+from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks.transformer import FFN
 from mmengine.utils import to_2tuple
 from mmpretrain.registry import MODELS
 
 
-def accepted_args(type_) -> Optional[set]:
-    """Names accepted by the ``__init__`` of a registered type.
+def init_arguments(cls: type) -> List[str]:
+    """The keyword arguments a class's ``__init__`` accepts, in order.
+
+    An ``__init__`` that takes ``**kwargs`` is taken to pass them to its
+    base class (as CeiTLeFF to LeFFN, a backbone to ZooBackbone), whose
+    named arguments then follow; ``nn.Module``'s accepts none.
+    """
+    names = []
+    for klass in cls.__mro__:
+        if klass in (nn.Module, object) or '__init__' not in vars(klass):
+            continue
+        params = inspect.signature(vars(klass)['__init__']).parameters
+        names += [
+            name for name, p in params.items()
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+            and name != 'self' and name not in names
+        ]
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
+    return names
+
+
+def accepted_args(type_) -> set:
+    """Names accepted by the ``__init__`` of a registered type
+    (:func:`init_arguments`).
 
     Args:
         type_ (str | type): A registered name or the class itself.
 
     Returns:
-        set | None: The argument names, or None when ``__init__`` takes
-        ``**kwargs`` (it accepts anything).
+        set: The argument names.
     """
     cls = MODELS.get(type_) if isinstance(type_, str) else type_
     if cls is None:
         raise KeyError(f'{type_!r} is not in the mmpretrain::model registry; '
                        'did you import lect_mm (custom_imports)?')
-    params = inspect.signature(cls.__init__).parameters
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        return None
-    return set(params) - {'self'}
+    return set(init_arguments(cls))
 
 
 def set_defaults(cfg: dict, **defaults) -> dict:
     """Fill ``defaults`` into a copy of ``cfg`` where accepted and unset.
 
-    Entries already in ``cfg`` win; a default reaches the config only if the
-    ``__init__`` of ``cfg['type']`` accepts it (or takes ``**kwargs``).
+    Entries already in ``cfg`` win; a default reaches the config only if
+    ``cfg['type']`` accepts it by name (:func:`accepted_args`).
 
     Args:
         cfg (dict): A config with a ``type`` (not modified).
@@ -50,23 +72,12 @@ def set_defaults(cfg: dict, **defaults) -> dict:
     Returns:
         dict: A new config.
     """
-    return _fill_defaults(cfg, defaults, named_only=False)
-
-
-def set_named_defaults(cfg: dict, **defaults) -> dict:
-    """:func:`set_defaults` for arguments only some types know by that name
-    (mmcv ``FFN``'s ``feedforward_channels``, ``add_identity``): a type
-    whose ``__init__`` takes ``**kwargs`` without naming one gets none."""
-    return _fill_defaults(cfg, defaults, named_only=True)
-
-
-def _fill_defaults(cfg: dict, defaults: dict, named_only: bool) -> dict:
     if 'type' not in cfg:
         raise KeyError(f'The config {cfg} names no "type".')
     cfg = copy.deepcopy(dict(cfg))
     accepted = accepted_args(cfg['type'])
     for key, value in defaults.items():
-        if key in (accepted or ()) or (accepted is None and not named_only):
+        if key in accepted:
             cfg.setdefault(key, value)
     return cfg
 
@@ -223,6 +234,65 @@ def check_hw_shape(x: torch.Tensor,
         raise ValueError(f'hw_shape {tuple(hw_shape)} does not match the '
                          f'{x.shape[1]} tokens of x {tuple(x.shape)}.')
     return H, W
+
+
+def run_checkpointed(module: nn.Module, x: torch.Tensor, *args,
+                     with_cp: bool) -> torch.Tensor:
+    """``module(x, *args)``, under ``torch.utils.checkpoint`` when
+    ``with_cp`` is on and ``x`` needs gradients, unless ``module``
+    implements ``with_cp`` itself (has a ``with_cp`` attribute, set by its
+    owner): the ``with_cp`` of mmpretrain, and nothing is recomputed twice.
+    """
+    if with_cp and x.requires_grad and not hasattr(module, 'with_cp'):
+        return cp.checkpoint(module, x, *args, use_reentrant=False)
+    return module(x, *args)
+
+
+#: The tensors a norm of each layout normalises: ``'tokens'`` (B, N, C) over
+#: the last axis (LayerNorm), ``'maps'`` (B, C, H, W) over the channel axis
+#: (BatchNorm, SyncBN, GroupNorm). The other axes differ from C, so a norm
+#: of the other layout fails on them.
+_NORM_PROBES = {
+    'tokens': lambda c: (2, c + 1, c),
+    'maps': lambda c: (2, c, 1, c + 1),
+}
+
+
+def check_norm_cfg(norm_cfg: dict, layout: str, name: str, channels: int,
+                   slots: str) -> None:
+    """Raise if the norm of ``norm_cfg`` cannot normalise ``layout``
+    tensors.
+
+    One layer is built for ``channels`` and run (in eval mode, without
+    gradients) on a zero tensor of the layout; a norm that raises or
+    changes the shape cannot serve.
+
+    Args:
+        norm_cfg (dict): The norm config (mmcv's ``build_norm_layer``).
+        layout (str): ``'tokens'`` or ``'maps'``.
+        name (str): The argument that holds ``norm_cfg``, for the error.
+        channels (int): Channels of the probe layer.
+        slots (str): What the argument's norms are, for the error.
+
+    Raises:
+        ValueError: Naming ``name``, the layout and the norm's failure.
+    """
+    shape = _NORM_PROBES[check_choice(layout, _NORM_PROBES, 'layout')](
+        channels)
+    layer = build_norm_layer(norm_cfg, channels)[1]
+    try:
+        with torch.no_grad():
+            out = layer.eval()(torch.zeros(shape))
+        problem = None if out.shape == shape else (
+            f'it turned a {shape} tensor into {tuple(out.shape)}')
+    except (RuntimeError, ValueError) as error:
+        problem = f'on a {shape} tensor it raised "{error}"'
+    if problem is not None:
+        what = ('(B, N, C) tokens over their last axis' if layout == 'tokens'
+                else '(B, C, H, W) maps over their channel axis')
+        raise ValueError(
+            f"{name}: type={norm_cfg.get('type')!r} cannot serve as {slots},"
+            f' which normalise {what}: {problem}.')
 
 
 def channels_last_weights(module: nn.Module) -> None:

@@ -33,6 +33,8 @@ from mmengine.registry import Registry
 from mmengine.registry.build_functions import build_from_cfg
 from mmpretrain.registry import HOOKS
 
+from lect_mm.blocks.utils import init_arguments
+
 _UNKNOWN_TYPE = re.compile(
     r"^'?(?P<name>[\w.:]+)'? is not in the (?P<registry>[\w:.]+) registry")
 _UNEXPECTED_ARG = re.compile(
@@ -143,6 +145,10 @@ def _suggest(name: str, candidates) -> str:
 
 def _valid_arguments(cls) -> List[str]:
     try:
+        if inspect.isclass(cls):
+            # **kwargs passed on to a base class (a backbone's to
+            # ZooBackbone)
+            return init_arguments(cls)
         params = inspect.signature(cls).parameters.values()
     except (TypeError, ValueError):
         return []
@@ -241,6 +247,10 @@ def _explain_unexpected_argument(error: Exception, cfg: dict,
         if 'obj_cls' in build and _is_named(build['obj_cls'], cls_name):
             cls = build['obj_cls']
             value = build.get('args', {}).get(key, _MISSING)
+    elif builds and _is_named(builds[-1].get('obj_cls'), cls_name):
+        # raised by a base class's __init__ (a backbone's ZooBackbone)
+        cls = builds[-1]['obj_cls']
+        value = builds[-1].get('args', {}).get(key, _MISSING)
     elif frames:
         # e.g. mmcv's build_norm_layer: the class it looked up is a local
         cls = next((v for v in list(frames[-1].f_locals.values())

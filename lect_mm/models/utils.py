@@ -1,15 +1,13 @@
-"""Pieces shared by the backbones in ``lect_mm.models.backbones``.
+"""Argument helpers of the backbones in ``lect_mm.models.backbones``.
 
-A backbone file does not import another backbone file; what several of them
-repeat lives here instead.
+A backbone file does not import another backbone file; the contract they
+share is :class:`~lect_mm.models.backbones.base_backbone.ZooBackbone`, and
+the helpers it and the backbones check their arguments with live here.
 """
 import copy
-from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Iterable, List, Mapping, Optional, Sequence, Union
 
-import torch
 import torch.nn as nn
-import torch.utils.checkpoint as cp
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from lect_mm.blocks.utils import check_choice
 
@@ -156,19 +154,9 @@ def parse_pooled_out(out_type: str,
 STEM_TYPES = ('conv7x7', 'conv3x3')
 
 
-def linear_drop_path_rates(drop_path_rate: float,
-                           num_blocks: int) -> List[float]:
-    """Stochastic-depth rates rising linearly from 0 to ``drop_path_rate``
-    over ``num_blocks`` blocks (python floats, as the ResNet-like
-    backbones' references compute them)."""
-    return [
-        drop_path_rate * j / max(num_blocks - 1, 1) for j in range(num_blocks)
-    ]
-
-
-# The one meaning of ``frozen_stages``, repeated word for word in the
-# docstring of every backbone (a test checks it): mmpretrain's ResNet and
-# PoolFormer rule, which its ViT and ConvNeXt share for k >= 1.
+# The one meaning of ``frozen_stages``, in ZooBackbone's docstring (a test
+# checks it): mmpretrain's ResNet and PoolFormer rule, which its ViT and
+# ConvNeXt share for k >= 1.
 FROZEN_STAGES_DOC = (
     '-1 freezes nothing; k >= 0 freezes the stem and stages 0..k-1, each '
     'with its output norm (no gradients, eval mode), so k = num_stages '
@@ -203,24 +191,6 @@ def check_frozen_stages(frozen_stages: int, num_stages: int) -> int:
     return frozen_stages
 
 
-def freeze_stages(frozen_stages: int, stem: Sequence[Freezable],
-                  stages: Sequence[Sequence[Freezable]]) -> None:
-    """Apply the rule of :data:`FROZEN_STAGES_DOC`.
-
-    Args:
-        frozen_stages (int): -1 freezes nothing; k >= 0 freezes ``stem``
-            and ``stages[:k]``.
-        stem (Sequence): What the stem is made of (see :func:`freeze`).
-        stages (Sequence[Sequence]): What each stage is made of, its output
-            norm included.
-    """
-    if frozen_stages < 0:
-        return
-    freeze(*stem)
-    for stage in stages[:frozen_stages]:
-        freeze(*stage)
-
-
 def is_pretrained(init_cfg: Union[dict, List[dict], None]) -> bool:
     """Whether ``init_cfg`` loads a checkpoint (a ``'Pretrained'`` entry).
 
@@ -252,40 +222,3 @@ def freeze(*items: Freezable) -> None:
         item.eval()
         for param in item.parameters():
             param.requires_grad = False
-
-
-def run_block(block: nn.Module, x: torch.Tensor, hw_shape: Tuple[int, int],
-              with_cp: bool) -> torch.Tensor:
-    """``block(x, hw_shape)``, under gradient checkpointing when ``with_cp``
-    and ``x`` needs gradients (the backbones' ``with_cp`` switch)."""
-    if with_cp and x.requires_grad:
-        return cp.checkpoint(block, x, hw_shape, use_reentrant=False)
-    return block(x, hw_shape)
-
-
-class FreezeNormEvalMixin:
-    """``train()`` that re-freezes the frozen stages and honours ``norm_eval``.
-
-    Put it before ``BaseBackbone`` in the bases of a backbone that defines
-    ``_freeze_stages()`` and calls :meth:`_init_freezing` in its
-    ``__init__`` (it sets ``self.frozen_stages`` and ``self.norm_eval``,
-    which ``_freeze_stages()`` and ``train()`` read). After the usual
-    ``train(mode)``, the frozen stages are put back in eval mode and, when
-    training with ``norm_eval``, every BatchNorm layer too.
-    """
-
-    def _init_freezing(self, frozen_stages: int, num_stages: int,
-                       norm_eval: bool) -> None:
-        """Check and set ``frozen_stages`` (:func:`check_frozen_stages`) and
-        set ``norm_eval``."""
-        self.frozen_stages = check_frozen_stages(frozen_stages, num_stages)
-        self.norm_eval = norm_eval
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self._freeze_stages()
-        if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, _BatchNorm):
-                    m.eval()
-        return self

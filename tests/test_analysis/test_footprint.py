@@ -71,14 +71,12 @@ def test_saved_bytes_grow_with_the_batch():
 
 # Saved bytes, ops and non-view ops at batch 1, 224x224, fp32, training mode
 # (forward + backward of the classifier and a cross-entropy loss), as
-# configured and with LeCT's blocks recomputing their cheap chains in
-# backward. They pin today's figures with a 2 % margin, so that a change
-# that makes LeCT save more for backward or dispatch more ops (or turns views
-# into copies) fails here; lower them when the footprint shrinks.
-RECOMPUTE = {
-    'model.backbone.attn_cfg': dict(recompute=True),
-    'model.backbone.ffn_cfg': dict(recompute=True),
-}
+# configured (with_cp=False) and with with_cp=True, where LeCT's blocks
+# recompute their cheap chains in backward. They pin today's figures with a
+# 2 % margin, so that a change that makes LeCT save more for backward or
+# dispatch more ops (or turns views into copies) fails here; lower them when
+# the footprint shrinks.
+WITH_CP = {'model.backbone.with_cp': True}
 PINNED = {
     ('configs/baselines/resnet_cifar10.py', False): (15_168_720, 339, 232),
     ('configs/lect/lect_v1_cifar10.py', False): (79_291_116, 1120, 607),
@@ -90,14 +88,14 @@ PINNED = {
 }
 
 
-@pytest.mark.parametrize('config,recompute', sorted(PINNED))
-def test_pinned_footprint(config, recompute):
+@pytest.mark.parametrize('config,with_cp', sorted(PINNED))
+def test_pinned_footprint(config, with_cp):
     torch.manual_seed(0)
-    model = build_model(config, RECOMPUTE if recompute else None)
+    model = build_model(config, WITH_CP if with_cp else None)
     result = training_footprint(model, (3, 224, 224), 1)
     figures = (result['saved_bytes'], result['ops'],
                result['ops'] - result['view_ops'])
     for name, value, pin in zip(('saved bytes', 'ops', 'non-view ops'),
-                                figures, PINNED[config, recompute]):
+                                figures, PINNED[config, with_cp]):
         # within the margin either way: no regression, and no stale pin
         assert pin * 0.98 <= value <= pin * 1.02, (name, value, pin)

@@ -1,4 +1,5 @@
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -6,6 +7,7 @@ import torch
 import torch.nn as nn
 from mmengine.config import Config
 from mmpretrain.registry import MODELS
+from torch.nn.modules.batchnorm import _BatchNorm
 
 import lect_mm  # noqa: F401
 from lect_mm.blocks import (CeiTLeFF, LeFFN, LeMSA, LeMSAv2,
@@ -98,19 +100,31 @@ def test_init_cfg_and_state_dict_round_trip():
         assert torch.equal(model.eval()(x)[0], other.eval()(x)[0])
 
 
-def test_with_cp_same_output_and_grads(same_outputs_and_grads):
-    # Dropout stays on (drop_rate 0.1): the recomputation in backward
-    # draws the same masks.
+def test_with_cp_is_one_switch(same_outputs_and_grads):
+    """LeCT's blocks recompute their cheap layers, a swapped-in attention
+    without with_cp runs under checkpointing, no block runs twice."""
     torch.manual_seed(0)
-    a = LeCT('v1', drop_path_rate=0.)
-    b = LeCT('v1', drop_path_rate=0., with_cp=True)
-    same_outputs_and_grads(a, b, torch.randn(2, 3, 32, 32),
-                           'stages.1.blocks.2')
+    cfg = dict(drop_path_rate=0.,
+               attn_cfg=[{}, dict(type='MultiheadSelfAttention'), {}])
+    plain, checkpointed = LeCT(**cfg), LeCT(with_cp=True, **cfg)
+    assert [(b.with_cp, b.ffn.with_cp) for b in _blocks(checkpointed)] == [
+        (True, True)] * 5
+    rerun = same_outputs_and_grads(plain, checkpointed,
+                                   torch.randn(2, 3, 32, 32))
+    assert {'stages.0.blocks.0.attn.conv1', 'stages.1.blocks.0.attn',
+            'stages.0.blocks.0.ffn.bn2'} <= rerun
+    assert not {'stages.0.blocks.0.attn', 'stages.0.blocks.0.attn.proj_v',
+                'stages.0.blocks.0.ffn.conv1'} & rerun
+    assert not any(n.split('.')[-2] == 'blocks' for n in rerun)
+    with pytest.raises(ValueError, match='attn_cfg sets with_cp; '
+                       'checkpointing has one switch'):
+        LeCT(attn_cfg=dict(with_cp=True))
 
 
 @pytest.mark.parametrize('attn_cfg, cls', [
     (dict(type='MultiheadSelfAttention'), MultiheadSelfAttention),
-    (dict(type='LeMSAv2', h_ratio=0.25), LeMSAv2),
+    ([dict(type='LeMSAv2', sr_ratio=sr, h_ratio=0.25) for sr in (14, 7, 2)],
+     LeMSAv2),
     (dict(conv_skip=False, qkv_mode='parallel'), LeMSA),
 ])
 def test_attention_swap_from_cfg(attn_cfg, cls):
@@ -118,8 +132,10 @@ def test_attention_swap_from_cfg(attn_cfg, cls):
     attns = [blk.attn for blk in _blocks(model)]
     assert all(type(a) is cls for a in attns)
     assert [a.num_heads for a in attns] == [2, 4, 4, 4, 6]
-    if cls is LeMSAv2:  # sr_ratio and resize modes carry over from v1
+    assert all(a.proj_drop.p == 0.1 for a in attns)
+    if cls is LeMSAv2:  # another type replaces v1's LeMSA config
         assert [a.sr_ratio for a in attns] == [14, 7, 7, 7, 2]
+        assert attns[0].key_upsample == 'bicubic'  # LeMSAv2's default
     if cls is LeMSA:
         assert not attns[0].conv_skip and attns[0].qkv_mode == 'parallel'
     model.eval()
@@ -259,3 +275,71 @@ def test_config_param_counts(config):
     if 'ablation' in config.stem:
         attn = model.backbone.stages[0].blocks[0].attn
         assert not attn.conv_skip and attn.qkv_mode == 'parallel'
+
+
+@pytest.mark.parametrize('variant', ['v1', 'v2', 'v3'])
+def test_norms_by_one_key(variant):
+    """conv_norm_cfg switches every BatchNorm, norm_cfg every LayerNorm;
+    keys and parameter counts stay."""
+    default = LeCT(variant)
+    bns = [n for n, m in default.named_modules() if isinstance(m, _BatchNorm)]
+    lns = [n for n, m in default.named_modules()
+           if isinstance(m, nn.LayerNorm)]
+    assert len(bns) == {'v1': 30, 'v2': 35, 'v3': 25}[variant]
+    assert len(lns) == 16
+    assert {m.eps for n, m in default.named_modules() if n in lns
+            and 'patch_embed' in n} == {1e-5}
+    assert {m.eps for n, m in default.named_modules() if n in lns
+            and 'patch_embed' not in n} == {1e-6}
+    model = LeCT(variant, conv_norm_cfg=dict(type='SyncBN'),
+                 norm_cfg=dict(type='LN', eps=1e-3))
+    modules = dict(model.named_modules())
+    assert [n for n in bns if isinstance(modules[n], nn.SyncBatchNorm)
+            ] == bns
+    assert {modules[n].eps for n in lns} == {1e-3}
+    assert model.state_dict().keys() == default.state_dict().keys()
+
+
+def test_a_norm_that_cannot_serve_is_refused():
+    with pytest.raises(ValueError, match=r"norm_cfg: type='SyncBN' cannot "
+                       r"serve as LeCT's LayerNorms .*use conv_norm_cfg\), "
+                       r'which normalise \(B, N, C\) tokens'):
+        LeCT(norm_cfg=dict(type='SyncBN'))
+    with pytest.raises(ValueError, match=r"conv_norm_cfg: type='LN' cannot "
+                       r"serve as LeCT's BatchNorms .*use norm_cfg\), which "
+                       r'normalise \(B, C, H, W\) maps'):
+        LeCT(conv_norm_cfg=dict(type='LN'))
+
+
+def test_wrong_swaps_fail_at_build_with_the_config_path():
+    for attn_cfg, path in ((dict(type='MultiheadAttention'), 'attn_cfg'),
+                           ([{}, dict(type='MultiheadAttention'), {}],
+                            r'attn_cfg\[1\]')):
+        with pytest.raises(TypeError, match=path + r': MultiheadAttention'
+                           r'.forward\(query, key=None.*\) takes no '
+                           r'hw_shape.*calls attn\(x, hw_shape\)'):
+            LeCT(attn_cfg=attn_cfg)
+    with pytest.raises(ValueError, match=r'ffn_cfg: CeiTLeFF expects '
+                       r'num_extra_tokens=1 \(class\) tokens before the H\*W '
+                       'patch tokens'):
+        LeCT(ffn_cfg=dict(type='CeiTLeFF'))
+    # A key of the arch's LeMSA config never reaches another type.
+    with pytest.raises(TypeError, match="missing 1 required positional "
+                       "argument: 'sr_ratio'"):
+        LeCT(attn_cfg=dict(type='LeMSAv2', h_ratio=0.5))
+
+
+def test_v3_warns_when_trained_at_another_size():
+    model = LeCT('v3', img_size=64).train()
+    with pytest.warns(UserWarning, match=r'built for img_size=\(64, 64\) '
+                      'but trains on 32x32 inputs'):
+        model(torch.randn(1, 3, 32, 32))
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        model(torch.randn(1, 3, 48, 48))  # once
+        model(torch.randn(1, 3, 64, 64))  # the size it is built for
+        model.eval()(torch.randn(1, 3, 48, 48))  # inference at any size
+    # the attention, not LeCT, gave the upsampler its pooled grid
+    attn = model.stages[0].blocks[0].attn
+    assert attn.input_size == (16, 16)
+    assert attn.query_upsampler.in_size == (2, 2)  # ceil(16 / 14)

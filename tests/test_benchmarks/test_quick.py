@@ -82,9 +82,11 @@ def test_train_throughput_variants(bench):
     assert [row.split(' | ')[1] for row in lect] == list(mod.VARIANTS)
     ops = [int(row.split(' | ')[5].split(' ')[0].replace(',', ''))
            for row in lect]
-    # recomputation and dropout each cost ops: recomputing without dropout
-    # costs more than neither, less than both
+    # with_cp and dropout each cost ops: with_cp without dropout costs more
+    # than neither, less than both; with_cp saves memory for backward
     assert ops[1] > ops[0] > ops[2] and ops[1] > ops[3] > ops[2]
+    saved = [float(row.split(' | ')[4].split(' ')[0]) for row in lect]
+    assert saved[1] < saved[0] and saved[3] < saved[2]
     resnet, = _table_rows(text, 'ResNet')
     assert '| 1.00 |' in resnet
     with pytest.raises(SystemExit):

@@ -3,8 +3,7 @@ import pytest
 
 import lect_mm  # noqa: F401
 from lect_mm.blocks import CeiTLeFF, MultiheadSelfAttention
-from lect_mm.blocks.utils import (accepted_args, set_defaults,
-                                  set_named_defaults, to_pair)
+from lect_mm.blocks.utils import accepted_args, set_defaults, to_pair
 
 
 def test_accepted_args():
@@ -12,7 +11,12 @@ def test_accepted_args():
     assert {'embed_dims', 'num_heads', 'impl', 'init_cfg'} <= names
     assert 'self' not in names and 'sr_ratio' not in names
     assert accepted_args(MultiheadSelfAttention) == names
-    assert accepted_args(CeiTLeFF) is None  # takes **kwargs
+    # **kwargs go to the base class: LeFFN's arguments count, nothing else
+    kwargs_names = accepted_args(CeiTLeFF)
+    assert {'num_extra_tokens', 'ffn_ratio', 'ffn_drop', 'norm_cfg'} <= (
+        kwargs_names) and 'feedforward_channels' not in kwargs_names
+    # mmcv's MultiheadAttention swallows **kwargs: only what it names
+    assert 'norm_cfg' not in accepted_args('MultiheadAttention')
     with pytest.raises(KeyError, match="'NoSuchBlock' is not in the"):
         accepted_args('NoSuchBlock')
 
@@ -28,23 +32,19 @@ def test_set_defaults_fills_only_unset_accepted_keys():
     assert cfg == dict(type='LeMSA', sr_ratio=2, impl='literal',
                        query_upsampler=dict(type='ResizeUpsampler'))
     assert out['query_upsampler'] is not cfg['query_upsampler']
-    # A **kwargs type takes every default.
-    assert set_defaults(dict(type='CeiTLeFF'), ffn_drop=0.1) == dict(
-        type='CeiTLeFF', ffn_drop=0.1)
+    # A **kwargs type takes what its base class names.
+    assert set_defaults(dict(type='CeiTLeFF'), ffn_drop=0.1,
+                        feedforward_channels=8) == dict(type='CeiTLeFF',
+                                                        ffn_drop=0.1)
     with pytest.raises(KeyError, match='names no "type"'):
         set_defaults(dict(num_heads=2), impl='fused')
 
 
-def test_set_named_defaults_skips_kwargs_types():
-    # mmcv's FFN names feedforward_channels; CeiTLeFF takes **kwargs and
-    # gets nothing it does not name.
-    assert set_named_defaults(
+def test_set_defaults_of_mmcv_ffn():
+    assert set_defaults(
         dict(type='FFN', add_identity=True), add_identity=False,
-        feedforward_channels=8) == dict(type='FFN', add_identity=True,
-                                        feedforward_channels=8)
-    assert set_named_defaults(
-        dict(type='CeiTLeFF'), feedforward_channels=8) == dict(
-            type='CeiTLeFF')
+        feedforward_channels=8, ffn_ratio=2) == dict(
+            type='FFN', add_identity=True, feedforward_channels=8)
 
 
 def test_to_pair():

@@ -74,13 +74,13 @@ def test_hw_shape_must_match_tokens():
         LeFFN(4, 2)(torch.randn(1, 8, 4), (3, 3))
 
 
-def test_recompute_gives_the_same_step():
-    """recompute=True keeps fewer tensors for backward but gives
+def test_with_cp_gives_the_same_step():
+    """with_cp=True keeps fewer tensors for backward but gives
     the same outputs, gradients and BatchNorm statistics, dropout included."""
     torch.manual_seed(0)
-    fast = LeFFN(16, 2, ffn_drop=0.1, recompute=True).train()
+    fast = LeFFN(16, 2, ffn_drop=0.1, with_cp=True).train()
     plain = copy.deepcopy(fast)
-    plain.recompute = False
+    plain.with_cp = False
     x = torch.randn(2, 16 * 16, 16)
     outs, grads = [], []
     for m in (fast, plain):
@@ -98,7 +98,7 @@ def test_recompute_gives_the_same_step():
     assert int(fast.bn1.num_batches_tracked) == 1
 
 
-def test_recompute_saves_less():
+def test_with_cp_saves_less():
     from lect_mm.analysis.footprint import training_footprint
 
     class Head(torch.nn.Module):
@@ -111,9 +111,9 @@ def test_recompute_saves_less():
             return self.ffn(x, (16, 16)).mean(1)
 
     torch.manual_seed(0)
-    fast = LeFFN(16, 2, ffn_drop=0.1, recompute=True)
+    fast = LeFFN(16, 2, ffn_drop=0.1, with_cp=True)
     plain = copy.deepcopy(fast)
-    plain.recompute = False
+    plain.with_cp = False
     saved = [
         training_footprint(Head(m), (256, 16), 2, num_classes=16)
         ['saved_bytes'] for m in (fast, plain)

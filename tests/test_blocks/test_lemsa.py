@@ -562,8 +562,8 @@ def test_auto_traces_the_same_path_with_and_without_grad():
                               in_size=4, scale_factor=4)),
     dict(type='LeMSAv2', sr_ratio=4, h_ratio=0.5, impl='literal'),
 ])
-def test_recompute_gives_the_same_step(cfg):
-    """recompute=True keeps fewer tensors for backward but gives
+def test_with_cp_gives_the_same_step(cfg):
+    """with_cp=True keeps fewer tensors for backward but gives
     the same outputs, gradients (backward and autograd.grad) and BatchNorm
     statistics, dropouts included."""
     import copy
@@ -571,11 +571,11 @@ def test_recompute_gives_the_same_step(cfg):
     from mmpretrain.registry import MODELS
     torch.manual_seed(0)
     fast = MODELS.build(dict(cfg, embed_dims=16, num_heads=2,
-                             proj_drop=0.1, recompute=True)).train()
+                             proj_drop=0.1, with_cp=True)).train()
     plain = copy.deepcopy(fast)
     for m in plain.modules():
-        if hasattr(m, 'recompute'):
-            m.recompute = False
+        if hasattr(m, 'with_cp'):
+            m.with_cp = False
     x = torch.randn(2, 16 * 16, 16)
     results = []
     for m in (fast, plain):

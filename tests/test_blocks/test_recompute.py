@@ -1,4 +1,4 @@
-"""lect_mm.blocks.recompute: the recomputation the blocks use in training."""
+"""lect_mm.blocks.recompute: how LeCT's blocks implement with_cp."""
 import copy
 
 import pytest
@@ -32,13 +32,13 @@ def test_norm_eval_keeps_running_statistics():
     # BN in eval mode inside a training LeFFN (norm_eval): both runs use
     # the running statistics, as without recomputation.
     torch.manual_seed(0)
-    fast = LeFFN(8, 2).train()
+    fast = LeFFN(8, 2, with_cp=True).train()
     for m in fast.modules():
         if isinstance(m, nn.BatchNorm2d):
             m.eval()
             m.running_mean.uniform_()
     plain = copy.deepcopy(fast)
-    plain.recompute = False
+    plain.with_cp = False
     x = torch.randn(2, 16, 8)
     grads = []
     for m in (fast, plain):
@@ -49,12 +49,12 @@ def test_norm_eval_keeps_running_statistics():
 
 
 def test_not_with_other_batch_norms():
-    layer = LeMSA(8, 2, sr_ratio=2, recompute=True).train()
+    layer = LeMSA(8, 2, sr_ratio=2, with_cp=True).train()
     with torch.enable_grad():
         assert recompute_active(layer)
         layer.conv1[1] = nn.SyncBatchNorm(8)
         assert not recompute_active(layer)
-        layer.recompute = False
+        layer.with_cp = False
         assert not recompute_active(layer)
 
 
@@ -64,7 +64,7 @@ def test_not_with_other_batch_norms():
          h_ratio=0.5),
     dict(type='LeFFN', embed_dims=16, ffn_ratio=2),
 ])
-def test_recompute_is_a_config_switch(cfg):
+def test_with_cp_is_a_config_switch(cfg):
     from mmpretrain.registry import MODELS
 
     from lect_mm.analysis import training_footprint
@@ -83,8 +83,8 @@ def test_recompute_is_a_config_switch(cfg):
     saved = {}
     for flag in (True, False):
         torch.manual_seed(0)
-        block = MODELS.build(dict(cfg, recompute=flag))
-        assert block.recompute is flag
+        block = MODELS.build(dict(cfg, with_cp=flag))
+        assert block.with_cp is flag
         saved[flag] = training_footprint(Tokens(block), (16, 8, 8),
                                          batch_size=2)['saved_bytes']
     assert saved[True] < saved[False]

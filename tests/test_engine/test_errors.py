@@ -112,6 +112,17 @@ def test_lect_merged_block_typo_names_path_as_written():
         message)
 
 
+def test_typo_in_the_contract_arguments_names_the_backbone():
+    """frozen_stages reaches LeCT through **kwargs (ZooBackbone's): the
+    message still names LeCT and lists every argument it takes."""
+    message = _build_model(
+        _config('demo/lect_digits.py', **{'model.backbone.frozen_stage': 1}))
+    assert message.startswith(
+        "model.backbone.frozen_stage: LeCT has no argument 'frozen_stage'. "
+        "Did you mean 'frozen_stages'?")
+    assert 'conv_norm_cfg, init_cfg, num_stages, out_indices, ' in message
+
+
 def test_typo_two_levels_below_a_merged_block():
     message = _build_model(
         _config('demo/lect_digits.py', **{

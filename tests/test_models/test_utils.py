@@ -1,12 +1,12 @@
-"""Helpers shared by the backbones (lect_mm.models.utils)."""
+"""The backbones' argument helpers (lect_mm.models.utils) and their base
+(ZooBackbone)."""
 import pytest
 import torch
 import torch.nn as nn
 
-from lect_mm.models.utils import (FreezeNormEvalMixin, check_frozen_stages,
-                                  check_per_stage, freeze, freeze_stages,
-                                  is_pretrained, linear_drop_path_rates,
-                                  parse_arch, parse_out_indices,
+from lect_mm.models.backbones.base_backbone import ZooBackbone
+from lect_mm.models.utils import (check_frozen_stages, check_per_stage, freeze,
+                                  is_pretrained, parse_arch, parse_out_indices,
                                   parse_pooled_out)
 
 
@@ -22,27 +22,47 @@ def test_parse_out_indices():
         parse_out_indices(1.0, 4)
 
 
-class _Net(FreezeNormEvalMixin, nn.Module):
+class _Net(ZooBackbone):
+    """A stem and three one-conv stages."""
 
-    def __init__(self, norm_eval):
-        super().__init__()
-        self._init_freezing(-1, 1, norm_eval)
+    def __init__(self, **kwargs):
+        super().__init__(3, **kwargs)
         self.stem = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4))
-        self.head = nn.Sequential(nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4))
+        self.layers = nn.Sequential(
+            *[nn.Sequential(nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4))
+              for _ in range(3)])
+        self._freeze_stages()
 
-    def _freeze_stages(self):
-        self.stem.eval()
+    def stem_and_stages(self):
+        return ['stem'], [[f'layers.{i}'] for i in range(3)]
+
+    def forward(self, x):
+        return tuple(x)
 
 
 @pytest.mark.parametrize('norm_eval', [False, True])
-def test_freeze_norm_eval_mixin(norm_eval):
-    net = _Net(norm_eval)
+def test_zoo_backbone_freezes_and_keeps_norms_in_eval(norm_eval):
+    net = _Net(frozen_stages=1, norm_eval=norm_eval)
+    assert net.out_indices == (2, ) and net.with_cp is False
     assert net.train() is net
     assert net.training and not net.stem.training
-    assert net.head[0].training
-    assert net.head[1].training is not norm_eval
+    assert not net.layers[0].training and net.layers[1][0].training
+    assert net.layers[1][1].training is not norm_eval
+    assert not any(p.requires_grad for p in net.layers[0].parameters())
     net.eval()
     assert not any(m.training for m in net.modules())
+    names = ('stem.0.weight', 'layers.0.1.bias', 'layers.2.0.weight', 'x')
+    assert [net.get_layer_depth(n) for n in names] == [(0, 5), (1, 5),
+                                                       (3, 5), (4, 5)]
+    with pytest.raises(ValueError, match='Invalid out_indices 3 for 3 '
+                       'stages'):
+        _Net(out_indices=3)
+
+
+def test_drop_path_rates_rise_over_all_blocks():
+    rates = ZooBackbone.drop_path_rates(0.3, (1, 0, 3))
+    assert rates[1] == [] and len(rates[0]) == 1 and len(rates[2]) == 3
+    assert sum(rates, []) == pytest.approx([0., .1, .2, .3])
 
 
 def test_parse_arch_copies_and_checks():
@@ -77,21 +97,6 @@ def test_check_per_stage():
         check_per_stage({'a': 3})
 
 
-def test_freeze_stages_rule():
-    stem, stages = nn.Linear(1, 1), [nn.Linear(1, 1) for _ in range(3)]
-
-    def frozen(k):
-        for m in [stem, *stages]:
-            m.requires_grad_(True)
-        freeze_stages(k, [stem], [[m] for m in stages])
-        return [not m.weight.requires_grad for m in [stem, *stages]]
-
-    assert frozen(-1) == [False] * 4
-    assert frozen(0) == [True, False, False, False]
-    assert frozen(2) == [True, True, True, False]
-    assert frozen(3) == [True] * 4
-
-
 def test_is_pretrained():
     ckpt = dict(type='Pretrained', checkpoint='x.pth')
     assert is_pretrained(ckpt)
@@ -111,11 +116,6 @@ def test_parse_pooled_out():
                        r'\(out_indices=-1\); got \(0,\).*intermediate '
                        'blocks'):
         parse_pooled_out('pooled', types, (0, ), 4, 'blocks')
-
-
-def test_linear_drop_path_rates():
-    assert linear_drop_path_rates(0.3, 4) == pytest.approx([0., .1, .2, .3])
-    assert linear_drop_path_rates(0.1, 1) == [0.]
 
 
 def test_check_frozen_stages():

@@ -12,19 +12,16 @@ from typing import Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_activation_layer, build_norm_layer
-from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.alternet import AlterNetMSABlock, PreActBasicBlock
 from lect_mm.blocks.utils import check_choice
-from lect_mm.models.utils import (STEM_TYPES, FreezeNormEvalMixin,
-                                  check_per_stage, freeze_stages,
-                                  linear_drop_path_rates, parse_arch,
-                                  parse_out_indices)
+from lect_mm.models.utils import STEM_TYPES, check_per_stage, parse_arch
+from .base_backbone import ZooBackbone
 
 
 @MODELS.register_module()
-class AlterNet(FreezeNormEvalMixin, BaseBackbone):
+class AlterNet(ZooBackbone):
     """AlterNet backbone: pre-activation ResNet with MSA blocks.
 
     Stage ``i`` holds ``depths[i]`` blocks, its last ``2 * msa_depths[i]``
@@ -40,6 +37,10 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
     norm + ReLU; for ``out_indices=(3,)`` this is the official ``BNGAPBlock``
     classifier minus its pooling and linear layer, which are the
     ``GlobalAveragePooling`` neck and ``LinearClsHead``.
+
+    Stem and stages (``frozen_stages``, ``get_layer_depth``): the stem is
+    ``stem``; stage ``i`` is ``layer{i+1}`` and, where ``out_indices``
+    builds it, its output norm ``norm{i}``.
 
     With the 7x7 stem and ``window_size=7`` the maps entering the MSA blocks
     are input/8, /16 and /32, so input sides must be multiples of 224 (more
@@ -65,18 +66,10 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
         impl (str): Attention path, ``'fused'`` (SDPA) or ``'literal'``.
             Defaults to 'fused'.
         norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
-        out_indices (Sequence[int] | int): Stages to output. Defaults to
-            ``(3, )``.
-        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
-            stages 0..k-1, each with its output norm (no gradients, eval
-            mode), so k = num_stages freezes the whole backbone. The stem is
-            ``stem``; stage ``i`` is ``layer{i+1}`` and, where
-            ``out_indices`` builds it, ``norm{i}``. Defaults to -1.
-        norm_eval (bool): Keep BN layers in eval mode. Defaults to False.
-        with_cp (bool): Gradient checkpointing in the blocks. Defaults to
-            False.
-        init_cfg (dict | list[dict], optional): Initialization config.
-            Defaults to None (PyTorch default init, as the official code).
+        **kwargs: ``out_indices`` (default -1, the last stage),
+            ``frozen_stages``, ``norm_eval``, ``with_cp`` (each block
+            checkpoints itself) and ``init_cfg`` (default None: PyTorch's
+            init, as the official code) of :class:`ZooBackbone`.
     """
     arch_zoo = {
         '18': {
@@ -106,12 +99,7 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
                  drop_path_rate: float = 0.,
                  impl: str = 'fused',
                  norm_cfg: dict = dict(type='BN'),
-                 out_indices: Union[int, Sequence[int]] = (3, ),
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 with_cp: bool = False,
-                 init_cfg=None):
-        super().__init__(init_cfg=init_cfg)
+                 **kwargs):
         arch = parse_arch(arch, self.arch_zoo, self.essential_keys,
                           self.essential_keys)
         num_stages = check_per_stage({'strides': strides},
@@ -122,15 +110,12 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
                     f'A stage of {depth} blocks holds at most {depth // 2} '
                     f'MSA blocks, got msa_depths={arch["msa_depths"]}.')
         check_choice(stem_type, STEM_TYPES, 'stem_type')
-        out_indices = parse_out_indices(out_indices, num_stages, 'stages')
+        super().__init__(num_stages, **kwargs)
 
         self.depths = tuple(arch['depths'])
         self.msa_depths = tuple(arch['msa_depths'])
         self.channels = tuple(arch['channels'])
-        self.num_stages = num_stages
         self.window_size = window_size
-        self.out_indices = tuple(out_indices)
-        self._init_freezing(frozen_stages, num_stages, norm_eval)
 
         stem_channels = self.channels[0]
         if stem_type == 'conv7x7':
@@ -143,12 +128,10 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
                 nn.Conv2d(in_channels, stem_channels, 3, 1, 1, bias=False))
             stem_stride = 1
 
-        num_blocks = sum(self.depths)
-        dpr = linear_drop_path_rates(drop_path_rate, num_blocks)
+        dpr = self.drop_path_rates(drop_path_rate, self.depths)
         self.stage_strides = []
         total_stride = stem_stride
         in_ch = stem_channels
-        block_idx = 0
         for i, (depth, msa_depth, heads, out_ch) in enumerate(
                 zip(self.depths, self.msa_depths, arch['num_heads'],
                     self.channels)):
@@ -168,21 +151,20 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
                         window_size=window_size,
                         attn_drop_rate=attn_drop_rate,
                         drop_rate=drop_rate,
-                        drop_path_rate=dpr[block_idx],
+                        drop_path_rate=dpr[i][j],
                         norm_cfg=norm_cfg,
                         impl=impl,
-                        with_cp=with_cp)
+                        with_cp=self.with_cp)
                 else:
                     block = PreActBasicBlock(
                         in_ch,
                         out_ch,
                         stride=stride,
-                        drop_path_rate=dpr[block_idx],
+                        drop_path_rate=dpr[i][j],
                         norm_cfg=norm_cfg,
-                        with_cp=with_cp)
+                        with_cp=self.with_cp)
                 blocks.append(block)
                 in_ch = out_ch
-                block_idx += 1
             total_stride *= strides[i]
             self.stage_strides.append(total_stride)
             self.add_module(f'layer{i + 1}', nn.Sequential(*blocks))
@@ -227,8 +209,6 @@ class AlterNet(FreezeNormEvalMixin, BaseBackbone):
                 outs.append(self.act(getattr(self, f'norm{i}')(x)))
         return tuple(outs)
 
-    def _freeze_stages(self):
-        freeze_stages(self.frozen_stages, [self.stem],
-                      [[getattr(self, f'layer{i + 1}'),
-                        getattr(self, f'norm{i}', None)]
-                       for i in range(self.num_stages)])
+    def stem_and_stages(self):
+        return ['stem'], [[f'layer{i + 1}', f'norm{i}']
+                          for i in range(self.num_stages)]

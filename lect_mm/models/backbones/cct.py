@@ -1,19 +1,17 @@
 """Compact Convolutional Transformer backbone (Hassani et al., 2021)."""
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 import torch
 import torch.nn as nn
-from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmengine.model.weight_init import trunc_normal_
-from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
 from lect_mm.blocks.dropout import FastDropout
-from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
-                                  freeze_stages, is_pretrained, parse_arch,
-                                  parse_pooled_out, run_block)
+from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, is_pretrained,
+                                  parse_arch)
+from .base_backbone import ZooBackbone, to_map
 
 
 def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
@@ -29,7 +27,7 @@ def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
 
 
 @MODELS.register_module()
-class CCT(FreezeNormEvalMixin, BaseBackbone):
+class CCT(ZooBackbone):
     """Compact Convolutional Transformer: convolutional tokenizer →
     positional embedding → ``num_layers`` encoder layers → LayerNorm →
     SeqPool (no class token).
@@ -39,6 +37,11 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
     and ``'2_3x2'`` 0.2837M / 0.2953M at 32×32; ``'6_3x1'``, ``'4_3x2'``,
     ``'6_3x2'``, ``'7_3x2'`` (32×32); ``'7_7x2'`` 4.5501M / 4.5732M and
     ``'14_7x2'`` (224×224).
+
+    Stem and stages (``frozen_stages``, ``get_layer_depth``): the stem is
+    the tokenizer and positional embedding; a stage is an encoder layer
+    (``num_stages = num_layers``), the last one's output side being the
+    final norm and SeqPool. ``out_indices`` (default -1) counts layers.
 
     Args:
         arch (str | dict): A key of ``arch_zoo`` or a dict with the keys
@@ -69,20 +72,12 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
             ``'featmap'``: (B, C, H, W) token maps after each layer in
             ``out_indices``, the last one normalised (SeqPool is then not
             built; it also works as a neck). Defaults to 'pooled'.
-        out_indices (int | Sequence[int]): Layers to output. Defaults to -1.
-        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
-            stages 0..k-1, each with its output norm (no gradients, eval
-            mode), so k = num_stages freezes the whole backbone. The stem is
-            the tokenizer and positional embedding; a stage is an encoder
-            layer (``num_stages = num_layers``), the last one's output side
-            being the final norm and SeqPool. Defaults to -1.
-        norm_eval (bool): Keep BN layers (none by default) in eval mode.
-            Defaults to False.
-        with_cp (bool): Gradient checkpointing of the layers.
-            Defaults to False.
         init_cfg (dict | list[dict], optional): Defaults to trunc-normal
             (std 0.02, bias 0) Linear layers and unit LayerNorms; the
             tokenizer uses its own Kaiming-normal init.
+        **kwargs: ``out_indices``, ``frozen_stages``, ``norm_eval`` and
+            ``with_cp`` (the layers run under checkpointing) of
+            :class:`ZooBackbone`.
     """
 
     arch_zoo = {
@@ -107,6 +102,7 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
                       'kernel_size', 'num_conv_layers')
     POS_EMBEDS = ('learnable', 'sine', 'none')
     OUT_TYPES = ('pooled', 'featmap')
+    stage_name = 'layers'
 
     def __init__(self,
                  arch: Union[str, dict] = '7_3x1',
@@ -120,14 +116,12 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
                  norm_cfg: dict = dict(type='LN'),
                  act_cfg: dict = dict(type='GELU'),
                  out_type: str = 'pooled',
-                 out_indices: Union[int, Sequence[int]] = -1,
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 with_cp: bool = False,
-                 init_cfg=TRUNC_NORMAL_INIT_CFG):
-        super().__init__(init_cfg=init_cfg)
-        self.arch_settings = a = parse_arch(arch, self.arch_zoo,
-                                            self.essential_keys)
+                 init_cfg=TRUNC_NORMAL_INIT_CFG,
+                 **kwargs):
+        a = parse_arch(arch, self.arch_zoo, self.essential_keys)
+        super().__init__(
+            a['num_layers'], out_type=out_type, init_cfg=init_cfg, **kwargs)
+        self.arch_settings = a
         self.embed_dims = a['embed_dims']
         self.num_layers = a['num_layers']
         if positional_embedding not in self.POS_EMBEDS:
@@ -135,11 +129,6 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
                              f'{list(self.POS_EMBEDS)}, got '
                              f'{positional_embedding!r}')
         self.positional_embedding = positional_embedding
-        self.out_type = out_type
-        self.out_indices = parse_pooled_out(out_type, self.OUT_TYPES,
-                                            out_indices, self.num_layers)
-        self._init_freezing(frozen_stages, self.num_layers, norm_eval)
-        self.with_cp = with_cp
 
         self.tokenizer = CCTTokenizer(
             in_channels,
@@ -166,18 +155,13 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
             self.pos_embed = None
         self.drop_after_pos = FastDropout(p=drop_rate)
 
-        dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        rates, = self.drop_path_rates(drop_path_rate, [self.num_layers])
         self.layers = nn.ModuleList([
             CCTEncoderLayer(
-                self.embed_dims,
-                a['num_heads'],
-                a['ffn_ratio'],
-                drop_rate=drop_rate,
-                attn_drop_rate=attn_drop_rate,
-                drop_path_rate=dpr[i],
-                attn_cfg=attn_cfg,
-                norm_cfg=norm_cfg,
-                act_cfg=act_cfg) for i in range(self.num_layers)
+                self.embed_dims, a['num_heads'], a['ffn_ratio'],
+                drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
+                drop_path_rate=rate, attn_cfg=attn_cfg, norm_cfg=norm_cfg,
+                act_cfg=act_cfg) for rate in rates
         ])
         self.norm = build_norm_layer(norm_cfg, self.embed_dims)[1]
         # Built only where forward uses it (DDP needs every parameter used).
@@ -193,12 +177,10 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
         if self.positional_embedding == 'learnable':
             trunc_normal_(self.pos_embed, std=0.2)
 
-    def _freeze_stages(self):
-        stages = [[layer] for layer in self.layers]
-        stages[-1] += [self.norm, self.seq_pool]
-        freeze_stages(self.frozen_stages,
-                      [self.tokenizer, self.pos_embed, self.drop_after_pos],
-                      stages)
+    def stem_and_stages(self):
+        stages = [[f'layers.{i}'] for i in range(self.num_layers)]
+        stages[-1] += ['norm', 'seq_pool']
+        return ['tokenizer', 'pos_embed', 'drop_after_pos'], stages
 
     def forward(self, x: torch.Tensor) -> tuple:
         in_hw = tuple(x.shape[-2:])
@@ -218,17 +200,12 @@ class CCT(FreezeNormEvalMixin, BaseBackbone):
 
         outs = []
         for i, layer in enumerate(self.layers):
-            x = run_block(layer, x, hw_shape, self.with_cp)
+            x = self.run_block(layer, x, hw_shape)
             if i == self.num_layers - 1:
                 x = self.norm(x)
             if i in self.out_indices:
                 if self.out_type == 'pooled':
                     outs.append(self.seq_pool(x))
                 else:
-                    outs.append(
-                        rearrange(
-                            x,
-                            'b (h w) c -> b c h w',
-                            h=hw_shape[0],
-                            w=hw_shape[1]))
+                    outs.append(to_map(x, hw_shape))
         return tuple(outs)

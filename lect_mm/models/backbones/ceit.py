@@ -6,19 +6,18 @@ import torch.nn as nn
 from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmengine.model.weight_init import trunc_normal_
-from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.models.utils import resize_pos_embed
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
 from lect_mm.blocks.dropout import FastDropout
-from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
-                                  freeze_stages, is_pretrained, parse_arch,
-                                  parse_pooled_out, run_block)
+from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, is_pretrained,
+                                  parse_arch)
+from .base_backbone import ZooBackbone, to_map
 
 
 @MODELS.register_module()
-class CeiT(FreezeNormEvalMixin, BaseBackbone):
+class CeiT(ZooBackbone):
     """Convolution-enhanced image Transformer.
 
     Image2Tokens stem (conv 7×7/2 + BN + max-pool) → 4×4/4 patch projection
@@ -42,6 +41,12 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
     - ``'tiny'`` / ``'small'``: the official CeiT-T / CeiT-S (I2T 64
       channels, dims 192 / 384, 12 layers, 3 / 6 heads, LeFF ×4, LCA MLP
       ×4): CeiT-T 6.1658M / 6.1832M.
+
+    Stem and stages (``frozen_stages``, ``get_layer_depth``): the stem is
+    the Image2Tokens stem, projection, class token and positional
+    embedding; a stage is a block (``num_stages = num_layers``), the last
+    one's output side being the LCA and the final norm. ``out_indices``
+    (default -1) counts blocks.
 
     Args:
         arch (str | dict): A key of ``arch_zoo`` or a dict with the keys
@@ -80,21 +85,12 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
             tokens after each block in ``out_indices`` as (B, C, H, W)
             (un-normalised: CeiT has no norm on the patch tokens; the LCA
             and the final norm are then not built). Defaults to 'pooled'.
-        out_indices (int | Sequence[int]): Blocks to output. Defaults to -1.
-        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
-            stages 0..k-1, each with its output norm (no gradients, eval
-            mode), so k = num_stages freezes the whole backbone. The stem is
-            the Image2Tokens stem, projection, class token and positional
-            embedding; a stage is a block (``num_stages = num_layers``), the
-            last one's output side being the LCA and the final norm.
-            Defaults to -1.
-        norm_eval (bool): Keep the BN layers in eval mode while training.
-            Defaults to False.
-        with_cp (bool): Gradient checkpointing of the blocks.
-            Defaults to False.
         init_cfg (dict | list[dict], optional): Defaults to trunc-normal
             (std 0.02, bias 0) Linear layers and unit LayerNorms; convs and
             BN keep PyTorch defaults, as in the references.
+        **kwargs: ``out_indices``, ``frozen_stages``, ``norm_eval`` and
+            ``with_cp`` (the blocks run under checkpointing) of
+            :class:`ZooBackbone`.
     """
 
     arch_zoo = {
@@ -114,6 +110,7 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
                       'num_heads', 'ffn_ratio', 'pooling')
     POOLINGS = ('lca', 'gap')
     OUT_TYPES = ('pooled', 'featmap')
+    stage_name = 'blocks'
 
     def __init__(self,
                  arch: Union[str, dict] = 'ref',
@@ -130,25 +127,16 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
                  conv_norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
                  out_type: str = 'pooled',
-                 out_indices: Union[int, Sequence[int]] = -1,
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 with_cp: bool = False,
-                 init_cfg=TRUNC_NORMAL_INIT_CFG):
-        super().__init__(init_cfg=init_cfg)
-        self.arch_settings = self._parse_arch(arch)
-        a = self.arch_settings
+                 init_cfg=TRUNC_NORMAL_INIT_CFG,
+                 **kwargs):
+        a = self._parse_arch(arch)
+        super().__init__(
+            a['num_layers'], out_type=out_type, init_cfg=init_cfg, **kwargs)
+        self.arch_settings = a
         self.embed_dims = a['embed_dims']
         self.num_layers = a['num_layers']
         self.pooling = a['pooling']
         self.num_extra_tokens = 1 if self.pooling == 'lca' else 0
-
-        self.out_type = out_type
-        self.out_indices = parse_pooled_out(out_type, self.OUT_TYPES,
-                                            out_indices, self.num_layers,
-                                            'blocks')
-        self._init_freezing(frozen_stages, self.num_layers, norm_eval)
-        self.with_cp = with_cp
 
         img_size = (img_size, img_size) if isinstance(img_size,
                                                       int) else img_size
@@ -172,7 +160,7 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
                         self.embed_dims))
         self.drop_after_pos = FastDropout(p=drop_rate)
 
-        dpr = torch.linspace(0, drop_path_rate, self.num_layers).tolist()
+        rates, = self.drop_path_rates(drop_path_rate, [self.num_layers])
         self.layers = nn.ModuleList([
             CeiTBlock(
                 self.embed_dims,
@@ -182,12 +170,12 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
                 qkv_bias=qkv_bias,
                 drop_rate=drop_rate,
                 attn_drop_rate=attn_drop_rate,
-                drop_path_rate=dpr[i],
+                drop_path_rate=rate,
                 kernel_size=leff_kernel_size,
                 attn_cfg=attn_cfg,
                 norm_cfg=norm_cfg,
                 ffn_norm_cfg=conv_norm_cfg,
-                act_cfg=act_cfg) for i in range(self.num_layers)
+                act_cfg=act_cfg) for rate in rates
         ])
 
         # Only the pooled output uses the head side (DDP needs every
@@ -213,14 +201,15 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
 
         self._freeze_stages()
 
-    def _parse_arch(self, arch: Union[str, dict]) -> dict:
-        essential_keys = self.essential_keys
+    @classmethod
+    def _parse_arch(cls, arch: Union[str, dict]) -> dict:
+        essential_keys = cls.essential_keys
         if isinstance(arch, dict) and arch.get('pooling') == 'lca':
             essential_keys += ('lca_ffn_ratio', )
-        arch = parse_arch(arch, self.arch_zoo, essential_keys)
-        if arch['pooling'] not in self.POOLINGS:
+        arch = parse_arch(arch, cls.arch_zoo, essential_keys)
+        if arch['pooling'] not in cls.POOLINGS:
             raise ValueError(f"arch['pooling'] must be one of "
-                             f"{list(self.POOLINGS)}, got {arch['pooling']!r}")
+                             f"{list(cls.POOLINGS)}, got {arch['pooling']!r}")
         return arch
 
     def init_weights(self):
@@ -231,13 +220,11 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
         if self.cls_token is not None:
             trunc_normal_(self.cls_token, std=0.02)
 
-    def _freeze_stages(self):
-        stages = [[layer] for layer in self.layers]
-        stages[-1] += [self.pos_layer_embed, self.lca, self.norm]
-        freeze_stages(self.frozen_stages, [
-            self.i2t, self.proj, self.cls_token, self.pos_embed,
-            self.drop_after_pos
-        ], stages)
+    def stem_and_stages(self):
+        stages = [[f'layers.{i}'] for i in range(self.num_layers)]
+        stages[-1] += ['pos_layer_embed', 'lca', 'norm']
+        return ['i2t', 'proj', 'cls_token', 'pos_embed',
+                'drop_after_pos'], stages
 
     def _pooled(self, x: torch.Tensor, cls_tokens: list) -> torch.Tensor:
         if self.pooling == 'lca':
@@ -262,17 +249,12 @@ class CeiT(FreezeNormEvalMixin, BaseBackbone):
 
         outs, cls_tokens = [], []
         for i, layer in enumerate(self.layers):
-            x = run_block(layer, x, hw_shape, self.with_cp)
+            x = self.run_block(layer, x, hw_shape)
             if self.num_extra_tokens:
                 cls_tokens.append(x[:, 0])
             if i in self.out_indices:
                 if self.out_type == 'pooled':
                     outs.append(self._pooled(x, cls_tokens))
                 else:
-                    outs.append(
-                        rearrange(
-                            x[:, self.num_extra_tokens:],
-                            'b (h w) c -> b c h w',
-                            h=hw_shape[0],
-                            w=hw_shape[1]))
+                    outs.append(to_map(x[:, self.num_extra_tokens:], hw_shape))
         return tuple(outs)

@@ -2,37 +2,39 @@
 
 Three stages, each ``ConvPatchEmbed -> depth x LeCTBlock -> LayerNorm``. The
 blocks themselves (LeMSA, LeMSAv2, LeFFN, the query upsamplers) live in
-:mod:`lect_mm.blocks`; this file only wires them from config dicts, so a config
-can swap the attention, the FFN, the patch embedding or an upsampler without
-code changes.
+:mod:`lect_mm.blocks`; this file composes one explicit config per stage
+from the arch table and the per-stage overrides, so a config can swap the
+attention, the FFN, the patch embedding or an upsampler without code
+changes, and a swap that cannot serve is refused when the model is built.
 """
 import copy
-import math
+import inspect
+import warnings
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
-from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule, ModuleList
-from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
-from lect_mm.blocks.utils import (accepted_args, conv_out_size, set_defaults,
-                                  set_named_defaults, to_pair)
-from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
-                                  freeze_stages, parse_arch, parse_out_indices,
-                                  run_block)
+from lect_mm.blocks import SVConvTransposeUpsampler
+from lect_mm.blocks.utils import (accepted_args, check_norm_cfg, conv_out_size,
+                                  set_defaults, to_pair)
+from lect_mm.models.utils import TRUNC_NORMAL_INIT_CFG, parse_arch
+from .base_backbone import ZooBackbone, to_map
+
+
+def _registered(type_) -> Optional[type]:
+    """The class a config ``type`` names (None if it names none)."""
+    return type_ if isinstance(type_, type) else MODELS.get(type_)
 
 
 def merge_cfg(base: dict, override: Optional[dict]) -> dict:
     """Merge an override config onto a base config, recursively.
 
-    Nested dicts are merged key by key. When ``override`` names a different
-    ``type`` than ``base``, only the entries of ``base`` that the new type's
-    ``__init__`` accepts are kept (so e.g. ``sr_ratio`` survives a swap from
-    LeMSA to LeMSAv2, and nothing LeMSA-specific reaches
-    MultiheadSelfAttention). ``_delete_=True`` in ``override`` discards
-    ``base`` altogether, as in mmengine configs.
+    Nested dicts are merged key by key. An override that names another
+    ``type`` than ``base`` replaces it (nothing of ``base`` is kept), as
+    does ``_delete_=True``, as in mmengine configs.
 
     Args:
         base (dict): The base config (not modified).
@@ -44,12 +46,11 @@ def merge_cfg(base: dict, override: Optional[dict]) -> dict:
     override = copy.deepcopy(dict(override or {}))
     if override.pop('_delete_', False):
         return override
-    merged = copy.deepcopy(dict(base))
     new_type = override.get('type')
-    if new_type is not None and new_type != merged.get('type'):
-        accepted = accepted_args(new_type)
-        if accepted is not None:
-            merged = {k: v for k, v in merged.items() if k in accepted}
+    if new_type is not None and _registered(new_type) is not _registered(
+            base.get('type')):
+        return override
+    merged = copy.deepcopy(dict(base))
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = merge_cfg(merged[key], value)
@@ -59,14 +60,20 @@ def merge_cfg(base: dict, override: Optional[dict]) -> dict:
 
 
 def _per_stage(cfg: Union[dict, Sequence[dict], None], num_stages: int,
-               name: str) -> List[Optional[dict]]:
+               name: str) -> List[Tuple[Optional[dict], str]]:
+    """One ``(override, config path)`` per stage."""
     if cfg is None or isinstance(cfg, dict):
-        return [cfg] * num_stages
+        return [(cfg, name)] * num_stages
     cfg = list(cfg)
     if len(cfg) != num_stages:
         raise ValueError(f'{name} must be a dict or a list of {num_stages} '
                          f'dicts (one per stage), got {len(cfg)} entries.')
-    return cfg
+    return [(c, f'{name}[{i}]') for i, c in enumerate(cfg)]
+
+
+def _with_eps(norm_cfg: dict, eps: float) -> dict:
+    """``norm_cfg`` with ``eps`` where it sets none."""
+    return dict(dict(eps=eps), **norm_cfg)
 
 
 def _lemsa_cfgs(query_upsampler: dict) -> List[dict]:
@@ -88,8 +95,6 @@ class LeCTStage(BaseModule):
         blocks (list[dict]): Configs of the blocks.
         embed_dims (int): Channels of the stage.
         norm_cfg (dict): Config of the stage's final norm.
-        with_cp (bool): Use gradient checkpointing in the blocks.
-            Defaults to False.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
@@ -98,26 +103,22 @@ class LeCTStage(BaseModule):
                  blocks: List[dict],
                  embed_dims: int,
                  norm_cfg: dict,
-                 with_cp: bool = False,
                  init_cfg=None):
         super().__init__(init_cfg=init_cfg)
         self.patch_embed = MODELS.build(patch_embed)
         self.blocks = ModuleList([MODELS.build(cfg) for cfg in blocks])
         self.norm = build_norm_layer(norm_cfg, embed_dims)[1]
-        self.with_cp = with_cp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C_in, H_in, W_in) map -> normalised (B, C, H, W) map."""
         x, hw_shape = self.patch_embed(x)
         for block in self.blocks:
-            x = run_block(block, x, hw_shape, self.with_cp)
-        x = self.norm(x)
-        return rearrange(
-            x, 'b (h w) c -> b c h w', h=hw_shape[0], w=hw_shape[1])
+            x = block(x, hw_shape)
+        return to_map(self.norm(x), hw_shape)
 
 
 @MODELS.register_module()
-class LeCT(FreezeNormEvalMixin, BaseBackbone):
+class LeCT(ZooBackbone):
     """Locally-enhanced Convolutional Transformer backbone.
 
     Implements the network of the LeCT report (§3 LeMSA and LeFFN, Appendix
@@ -125,16 +126,43 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
     7 stride 4, then kernel 3 stride 2) followed by ``depths[i]``
     :class:`~lect_mm.blocks.LeCTBlock` and a LayerNorm.
 
-    Everything inside a stage comes from config dicts: the arch table gives
-    per-stage attention configs (``attn_cfgs``), and ``patch_cfg``,
-    ``attn_cfg`` and ``ffn_cfg`` are merged on top of them with
-    :func:`merge_cfg` (nested dicts merge; naming another ``type`` keeps only
-    the entries the new type accepts). Examples::
+    Each stage's blocks are built from one explicit config per sub-block:
+    the arch table's (``attn_cfgs[i]``, ``LeFFN`` with ``ffn_ratios[i]``,
+    ``ConvPatchEmbed``) with ``attn_cfg``, ``ffn_cfg`` and ``patch_cfg``
+    (a dict for every stage or a list with one dict per stage) merged on
+    top by :func:`merge_cfg`: keys merge, nested dicts too, and naming
+    another ``type`` replaces the arch's config (no key of it is kept or
+    dropped by the new type's signature). LeCT then offers each sub-block
+    the backbone-level arguments below, where the config leaves them unset
+    and the type's ``__init__`` names them (through ``**kwargs``, its base
+    class's; docs/adding_a_block.md):
+
+    - the attention: ``num_heads`` (the arch's), ``attn_drop``
+      (``attn_drop_rate``), ``proj_drop`` (``drop_rate``), ``norm_cfg``
+      (``conv_norm_cfg``) and ``input_size``, the stage's grid at
+      ``img_size``, from which LeMSA and LeMSAv2 alone set their query
+      upsampler's geometry;
+    - the FFN: ``ffn_ratio`` (the arch's), ``ffn_drop`` (``drop_rate``),
+      ``norm_cfg`` (``conv_norm_cfg``) and ``feedforward_channels =
+      int(C * ffn_ratio)`` (mmcv's ``FFN`` names the width so).
+
+    Examples::
 
         attn_cfg=dict(type='MultiheadSelfAttention')            # plain MSA
         attn_cfg=dict(conv_skip=False, qkv_mode='parallel')     # Table 3
         attn_cfg=dict(query_upsampler=dict(type='ResizeUpsampler'))
-        attn_cfg=dict(type='LeMSAv2', h_ratio=0.25)     # keeps sr_ratio
+        attn_cfg=[dict(type='LeMSAv2', sr_ratio=sr, h_ratio=0.25)
+                  for sr in (14, 7, 2)]
+        ffn_cfg=dict(type='FFN', act_cfg=dict(type='GELU'))     # an MLP
+
+    A sub-block that cannot serve in a LeCT block is refused at build,
+    naming its config path: an attention whose ``forward`` takes no
+    ``hw_shape``, or a block that expects extra (class) tokens before the
+    ``H * W`` tokens (``num_extra_tokens``).
+
+    Stem and stages (``frozen_stages``, ``get_layer_depth``): the stem is
+    stage 0's patch embedding; a stage is its patch embedding, blocks and
+    norm. Each output is a stage's normalised ``(B, C, H, W)`` map.
 
     Args:
         arch (str | dict): LeCT variant, one of ``'v1'``, ``'v2'``, ``'v3'``
@@ -147,7 +175,8 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         img_size (int | tuple[int, int]): Input size the network is trained
             for. Only v3's SVConvTransposeUpsampler uses it: its
             per-position kernels are built for the pooled grids of this
-            size, exact there and resampled for any other input size. Every
+            size, exact there and resampled for any other input size (a
+            warning says so, once, when training on another size). Every
             variant accepts any input size. Defaults to 224.
         in_channels (int): Number of input image channels. Defaults to 3.
         drop_rate (float): Dropout of the attention projection
@@ -158,37 +187,39 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
             from 0 over all blocks. Defaults to 0.1.
         patch_cfg (dict | list[dict]): Merged into each stage's patch
             embedding config ``dict(type='ConvPatchEmbed', kernel_size=...,
-            stride=..., norm_cfg=LN eps 1e-5)`` (kernel and stride from the
-            arch's ``patch_sizes`` and ``strides``; a ``kernel_size``,
-            ``stride`` or ``padding`` given here wins). ``in_channels``
-            and ``embed_dims`` follow from the arch and, like a key the
-            type does not take, raise a ValueError. Defaults to ``dict()``.
+            stride=..., norm_cfg=...)`` (kernel and stride from the arch's
+            ``patch_sizes`` and ``strides``; a ``kernel_size``, ``stride``
+            or ``padding`` given here wins). ``in_channels`` and
+            ``embed_dims`` follow from the arch and, like a key the type
+            does not take, raise a ValueError. Defaults to ``dict()``.
         attn_cfg (dict | list[dict]): Merged into each stage's attention
             config from the arch. Defaults to ``dict()``.
         ffn_cfg (dict | list[dict]): Merged into each stage's FFN config
-            ``dict(type='LeFFN', ffn_ratio=...)``. A type that takes
-            ``feedforward_channels`` gets ``int(embed_dims * ffn_ratio)``,
-            and a token-wise FFN is called without ``hw_shape`` (see
-            :class:`~lect_mm.blocks.LeCTBlock`), so mmcv's
-            ``dict(type='FFN', act_cfg=dict(type='GELU'))`` swaps in a plain
-            MLP of the same width. Defaults to ``dict()``.
-        norm_cfg (dict): Norm of the blocks and of each stage's output.
-            Defaults to ``dict(type='LN', eps=1e-6)``.
-        out_indices (Sequence[int] | int): Stages whose normalised
-            ``(B, C, H, W)`` maps are returned. Defaults to ``(2, )``, the
-            last stage.
-        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
-            stages 0..k-1, each with its output norm (no gradients, eval
-            mode), so k = num_stages freezes the whole backbone. The stem is
-            stage 0's patch embedding; a stage is its patch embedding,
-            blocks and norm. Defaults to -1.
-        norm_eval (bool): Keep BatchNorm layers in eval mode while training.
-            Defaults to False.
-        with_cp (bool): Gradient checkpointing of each block. Defaults to
-            False.
+            ``dict(type='LeFFN', ffn_ratio=...)``. A token-wise FFN is
+            called without ``hw_shape`` (see
+            :class:`~lect_mm.blocks.LeCTBlock`). Defaults to ``dict()``.
+        norm_cfg (dict): Every LayerNorm of LeCT: those of the patch
+            embeddings, the blocks and the stage outputs, which normalise
+            ``(B, N, C)`` tokens. An ``eps`` it leaves unset is the
+            reference's, 1e-5 in the patch embeddings and 1e-6 elsewhere.
+            Defaults to ``dict(type='LN')``.
+        conv_norm_cfg (dict): Every BatchNorm of LeCT: those of LeMSA and
+            LeMSAv2, of their query upsamplers and of LeFFN, which normalise
+            ``(B, C, H, W)`` maps (e.g. ``dict(type='SyncBN')``); it reaches
+            any attention or FFN whose ``__init__`` takes ``norm_cfg``,
+            unless its config sets one. A norm that cannot normalise maps
+            (or, for ``norm_cfg``, tokens) raises a ValueError naming the
+            argument. Defaults to ``dict(type='BN')``.
         init_cfg (dict | list[dict], optional): Initialization config:
             truncated normal (std 0.02, bias 0) for Linear, 1/0 for
             LayerNorm; convolutions and BatchNorm keep PyTorch defaults.
+        **kwargs: ``out_indices`` (default -1, the last stage),
+            ``frozen_stages``, ``norm_eval`` and ``with_cp`` of
+            :class:`ZooBackbone`. With ``with_cp`` the blocks recompute
+            their cheap layers (norms, activations, dropouts, pooling,
+            resizes, depthwise convolutions, the attention and the query
+            upsampler) in backward; a swapped-in sub-block that does not
+            implement ``with_cp`` runs under ``torch.utils.checkpoint``.
     """
 
     arch_zoo = {
@@ -232,35 +263,36 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                  patch_cfg: Union[dict, Sequence[dict]] = dict(),
                  attn_cfg: Union[dict, Sequence[dict]] = dict(),
                  ffn_cfg: Union[dict, Sequence[dict]] = dict(),
-                 norm_cfg: dict = dict(type='LN', eps=1e-6),
-                 out_indices: Union[int, Sequence[int]] = (2, ),
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 with_cp: bool = False,
-                 init_cfg=TRUNC_NORMAL_INIT_CFG):
-        super().__init__(init_cfg=init_cfg)
-        self.arch_settings = self._parse_arch(arch)
-        arch = self.arch_settings
+                 norm_cfg: dict = dict(type='LN'),
+                 conv_norm_cfg: dict = dict(type='BN'),
+                 init_cfg=TRUNC_NORMAL_INIT_CFG,
+                 **kwargs):
+        arch = self._parse_arch(arch)
+        super().__init__(len(arch['embed_dims']), init_cfg=init_cfg, **kwargs)
+        self.arch_settings = arch
         self.embed_dims = list(arch['embed_dims'])
-        self.num_stages = len(self.embed_dims)
         self.img_size = to_pair(img_size, 'img_size')
-        self.out_indices = tuple(
-            parse_out_indices(out_indices, self.num_stages, 'stages'))
-        self._init_freezing(frozen_stages, self.num_stages, norm_eval)
+        check_norm_cfg(
+            norm_cfg, 'tokens', 'norm_cfg', self.embed_dims[0],
+            "LeCT's LayerNorms (patch embeddings, blocks, stage outputs; "
+            "for its BatchNorms use conv_norm_cfg)")
+        check_norm_cfg(
+            conv_norm_cfg, 'maps', 'conv_norm_cfg', self.embed_dims[0],
+            "LeCT's BatchNorms (LeMSA, LeMSAv2, their query upsamplers and "
+            'LeFFN; for its LayerNorms use norm_cfg)')
+        block_norm = _with_eps(norm_cfg, 1e-6)
 
         patch_cfgs = _per_stage(patch_cfg, self.num_stages, 'patch_cfg')
         attn_cfgs = _per_stage(attn_cfg, self.num_stages, 'attn_cfg')
         ffn_cfgs = _per_stage(ffn_cfg, self.num_stages, 'ffn_cfg')
-
-        total_depth = sum(arch['depths'])
-        dpr = torch.linspace(0, drop_path_rate, total_depth).tolist()
+        dpr = self.drop_path_rates(drop_path_rate, arch['depths'])
         size = self.img_size
         self.stages = ModuleList()
-        prev_dims, block_idx = in_channels, 0
+        prev_dims = in_channels
         for i, dims in enumerate(self.embed_dims):
-            patch = self._patch_embed_cfg(patch_cfgs[i],
-                                          arch['patch_sizes'][i],
-                                          arch['strides'][i])
+            patch = self._patch_embed_cfg(
+                patch_cfgs[i][0], arch['patch_sizes'][i], arch['strides'][i],
+                _with_eps(norm_cfg, 1e-5))
             patch.update(in_channels=prev_dims, embed_dims=dims)
             kernel = patch.get('kernel_size', arch['patch_sizes'][i])
             stride = patch.get('stride', arch['strides'][i])
@@ -269,30 +301,33 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
             size = tuple(
                 conv_out_size(s, kernel, stride, padding) for s in size)
 
-            attn = merge_cfg(arch['attn_cfgs'][i], attn_cfgs[i])
             attn = set_defaults(
-                attn, num_heads=arch['num_heads'][i],
-                attn_drop=attn_drop_rate, proj_drop=drop_rate)
-            self._bind_resolution(attn, size)
-            ffn = merge_cfg(
-                dict(type='LeFFN', ffn_ratio=arch['ffn_ratios'][i]),
-                ffn_cfgs[i])
-            ffn = set_defaults(ffn, ffn_drop=drop_rate)
-            ffn = set_named_defaults(
-                ffn, feedforward_channels=int(dims * arch['ffn_ratios'][i]))
+                merge_cfg(arch['attn_cfgs'][i], attn_cfgs[i][0]),
+                num_heads=arch['num_heads'][i], attn_drop=attn_drop_rate,
+                proj_drop=drop_rate, norm_cfg=conv_norm_cfg,
+                input_size=size)
+            ratio = arch['ffn_ratios'][i]
+            ffn = set_defaults(
+                merge_cfg(dict(type='LeFFN', ffn_ratio=ratio),
+                          ffn_cfgs[i][0]),
+                ffn_ratio=ratio, ffn_drop=drop_rate, norm_cfg=conv_norm_cfg,
+                feedforward_channels=int(dims * ratio))
 
             blocks = [
                 dict(type='LeCTBlock', embed_dims=dims,
                      attn_cfg=copy.deepcopy(attn),
-                     ffn_cfg=copy.deepcopy(ffn), norm_cfg=norm_cfg,
-                     drop_path_rate=dpr[block_idx + j])
+                     ffn_cfg=copy.deepcopy(ffn), norm_cfg=block_norm,
+                     drop_path_rate=dpr[i][j], with_cp=self.with_cp)
                 for j in range(arch['depths'][i])
             ]
-            block_idx += arch['depths'][i]
-            self.stages.append(
-                LeCTStage(patch, blocks, dims, norm_cfg, with_cp=with_cp))
+            stage = LeCTStage(patch, blocks, dims, block_norm)
+            self._check_blocks(stage, attn_cfgs[i][1], ffn_cfgs[i][1])
+            self.stages.append(stage)
             prev_dims = dims
 
+        self._fixed_grid = any(
+            isinstance(m, SVConvTransposeUpsampler) for m in self.modules())
+        self._warned_size = False
         self._freeze_stages()
 
     @classmethod
@@ -306,19 +341,15 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
 
     @staticmethod
     def _patch_embed_cfg(patch_cfg: Optional[dict], kernel_size: int,
-                         stride: int) -> dict:
+                         stride: int, norm_cfg: dict) -> dict:
         """A stage's patch embedding config: ``patch_cfg`` merged onto
         ``ConvPatchEmbed`` with the arch's kernel and stride, every key
         checked against what the type accepts (``in_channels`` and
         ``embed_dims`` follow from the arch's widths)."""
         patch = merge_cfg(
             dict(type='ConvPatchEmbed', kernel_size=kernel_size,
-                 stride=stride, norm_cfg=dict(type='LN', eps=1e-5)),
-            patch_cfg)
-        accepted = accepted_args(patch['type'])
-        if accepted is None:
-            return patch
-        allowed = accepted - {'in_channels', 'embed_dims'}
+                 stride=stride, norm_cfg=norm_cfg), patch_cfg)
+        allowed = accepted_args(patch['type']) - {'in_channels', 'embed_dims'}
         refused = sorted(set(patch) - allowed - {'type'})
         if refused:
             raise ValueError(
@@ -329,24 +360,41 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
         return patch
 
     @staticmethod
-    def _bind_resolution(attn: dict, size: Tuple[int, int]):
-        """Give a query upsampler that takes ``in_size`` (v3's
-        SVConvTransposeUpsampler) the pooled grid ``(ceil(H/K), ceil(W/K))``
-        and ``scale_factor=K`` of this stage's map ``(H, W)`` at
-        ``img_size`` (with ``pool_size``, the attention passes that grid)."""
-        upsampler = attn.get('query_upsampler')
-        sr_ratio = attn.get('sr_ratio')
-        if (not isinstance(upsampler, dict) or 'type' not in upsampler
-                or sr_ratio is None):
+    def _check_blocks(stage: LeCTStage, attn_path: str, ffn_path: str):
+        """Refuse sub-blocks that cannot serve in a LeCT block (config
+        paths in the errors)."""
+        if not stage.blocks:
             return
-        accepted = accepted_args(upsampler['type'])
-        if accepted is not None and 'in_size' in accepted:
-            upsampler.setdefault(
-                'in_size', tuple(math.ceil(s / sr_ratio) for s in size))
-            upsampler.setdefault('scale_factor', sr_ratio)
+        block = stage.blocks[0]
+        forward = inspect.signature(block.attn.forward)
+        if 'hw_shape' not in forward.parameters:
+            raise TypeError(
+                f'{attn_path}: {type(block.attn).__name__}.forward{forward} '
+                'takes no hw_shape, so it cannot serve as the attention of a '
+                'LeCT block, which calls attn(x, hw_shape) on (B, H*W, C) '
+                'tokens; choose a token block such as LeMSA, LeMSAv2 or '
+                'MultiheadSelfAttention.')
+        for path, module in ((attn_path, block.attn), (ffn_path, block.ffn)):
+            extra = getattr(module, 'num_extra_tokens', 0)
+            if extra:
+                raise ValueError(
+                    f'{path}: {type(module).__name__} expects '
+                    f'num_extra_tokens={extra} (class) tokens before the '
+                    'H*W patch tokens, which a LeCT block does not have; '
+                    'set num_extra_tokens=0.')
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """Return the normalised ``(B, C, H, W)`` maps of ``out_indices``."""
+        size = tuple(x.shape[-2:])
+        if (self.training and self._fixed_grid and size != self.img_size
+                and not self._warned_size):
+            self._warned_size = True
+            warnings.warn(
+                f'LeCT is built for img_size={self.img_size} but trains on '
+                f'{size[0]}x{size[1]} inputs: its SVConvTransposeUpsampler '
+                'kernels belong to the pooled grids of img_size and are '
+                'resampled at every step. Set the backbone\'s img_size to '
+                'the training size (warned once).')
         outs = []
         for i, stage in enumerate(self.stages):
             x = stage(x)
@@ -354,6 +402,6 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                 outs.append(x)
         return tuple(outs)
 
-    def _freeze_stages(self):
-        freeze_stages(self.frozen_stages, [self.stages[0].patch_embed],
-                      [[stage] for stage in self.stages])
+    def stem_and_stages(self):
+        return ['stages.0.patch_embed'], [[f'stages.{i}']
+                                          for i in range(self.num_stages)]

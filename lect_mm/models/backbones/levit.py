@@ -20,43 +20,41 @@ halved, same depths (2/3/4) and 16-dim keys; 1.76M parameters with a
 It also takes the ``frozen_stages`` and ``norm_eval`` of every lect_mm
 backbone, which mmpretrain's LeViT lacks.
 """
-from typing import Sequence, Union
+from typing import Union
 
+import torch
 import torch.nn as nn
 from mmpretrain.models.backbones.levit import LeViT, LinearBatchNorm, Residual
 from mmpretrain.registry import MODELS
 
-from lect_mm.models.utils import (FreezeNormEvalMixin, freeze_stages,
-                                  is_pretrained, parse_arch, parse_out_indices)
+from lect_mm.models.utils import is_pretrained, parse_arch
+from .base_backbone import ZooBackbone, to_map
 
 
 @MODELS.register_module()
-class FlexibleLeViT(FreezeNormEvalMixin, LeViT):
+class FlexibleLeViT(ZooBackbone, LeViT):
     """mmpretrain's LeViT with custom archs and the official residual init.
+
+    Stem and stages (``frozen_stages``, ``get_layer_depth``): the stem is
+    the convolutional ``patch_embed``; stage ``i`` is ``stages[i]``, its
+    attention subsampling included (no output norm). Each output is a
+    stage's tokens as a ``(B, C, H, W)`` map.
 
     Args:
         arch (str | dict): A key of ``arch_zoo`` (mmpretrain's ``'128s'``,
             ``'128'``, ``'192'``, ``'256'``, ``'384'`` plus ``'64s'``) or a
             dict with ``embed_dims``, ``num_heads``, ``depths`` and
             ``key_dims`` (one entry per stage). Defaults to '64s'.
-        out_indices (int | Sequence[int]): Stages whose ``(B, C, H, W)``
-            maps are returned. Defaults to -1, the last stage.
-        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
-            stages 0..k-1, each with its output norm (no gradients, eval
-            mode), so k = num_stages freezes the whole backbone. The stem is
-            the convolutional ``patch_embed``; stage ``i`` is ``stages[i]``,
-            its attention subsampling included (no output norm). Defaults to
-            -1.
-        norm_eval (bool): Keep BatchNorm layers in eval mode while training.
-            Defaults to False.
         zero_init_residual (bool): In ``init_weights``, set the weight of the
             last BatchNorm of every residual branch to 0 (official LeViT), so
             each residual starts as the identity. Skipped when ``init_cfg``
             loads pretrained weights. Defaults to True.
-        **kwargs: The other arguments of mmpretrain's ``LeViT`` (``img_size``
-            fixes the attention-bias grid, so inputs must have that size;
-            ``drop_path_rate`` is one rate for every residual, as the
-            official LeViT).
+        **kwargs: ``out_indices``, ``frozen_stages``, ``norm_eval``,
+            ``with_cp`` (each residual block runs under checkpointing) and
+            ``init_cfg`` of :class:`ZooBackbone`, and the other arguments of
+            mmpretrain's ``LeViT`` (``img_size`` fixes the attention-bias
+            grid, so inputs must have that size; ``drop_path_rate`` is one
+            rate for every residual, as the official LeViT).
     """
     arch_zoo = {
         **LeViT.arch_zoo,
@@ -71,9 +69,6 @@ class FlexibleLeViT(FreezeNormEvalMixin, LeViT):
 
     def __init__(self,
                  arch: Union[str, dict] = '64s',
-                 out_indices: Union[int, Sequence[int]] = -1,
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
                  zero_init_residual: bool = True,
                  **kwargs):
         if isinstance(arch, str):
@@ -89,18 +84,25 @@ class FlexibleLeViT(FreezeNormEvalMixin, LeViT):
                 }
             }
             arch = 'custom'
-        num_stages = len(settings['depths'])
-        super().__init__(
-            arch,
-            out_indices=parse_out_indices(out_indices, num_stages, 'stages'),
-            **kwargs)
-        self._init_freezing(frozen_stages, num_stages, norm_eval)
+        super().__init__(len(settings['depths']), arch=arch, **kwargs)
         self.zero_init_residual = zero_init_residual
         self._freeze_stages()
 
-    def _freeze_stages(self):
-        freeze_stages(self.frozen_stages, [self.patch_embed],
-                      [[stage] for stage in self.stages])
+    def stem_and_stages(self):
+        return ['patch_embed'], [[f'stages.{i}']
+                                 for i in range(self.num_stages)]
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        """LeViT's forward, block by block (``with_cp`` checkpoints each)."""
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        outs = []
+        for i, stage in enumerate(self.stages):
+            for block in stage:
+                x = self.run_block(block, x)
+            if i in self.out_indices:
+                side = self.resolutions[i]
+                outs.append(to_map(x, (side, side)).contiguous())
+        return tuple(outs)
 
     def residual_output_norms(self):
         """The last BatchNorm of every residual branch (attention, MLP)."""

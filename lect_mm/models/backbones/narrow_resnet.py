@@ -10,19 +10,16 @@ from typing import Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_activation_layer, build_conv_layer, build_norm_layer
-from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.models.backbones.resnet import BasicBlock, ResLayer
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import check_choice
-from lect_mm.models.utils import (STEM_TYPES, FreezeNormEvalMixin,
-                                  check_per_stage, freeze_stages,
-                                  linear_drop_path_rates, parse_arch,
-                                  parse_out_indices)
+from lect_mm.models.utils import STEM_TYPES, check_per_stage, parse_arch
+from .base_backbone import ZooBackbone
 
 
 @MODELS.register_module()
-class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
+class NarrowResNet(ZooBackbone):
     """Post-activation ResNet of BasicBlocks with listed stage widths.
 
     Stem ``'conv7x7'``: conv 7x7/2 (no bias) -> norm -> ReLU -> max-pool
@@ -36,6 +33,11 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
     ``arch='report'`` is the author's ``ResNet(BasicBlock, [2, 2, 2, 2])``
     (the LeCT author's ``ResNet.py``; widths 32/64/96/128); ``arch='18'``
     equals mmpretrain's ``ResNet(depth=18)`` key for key.
+
+    Stem and stages (``frozen_stages``, ``get_layer_depth``): the stem is
+    ``conv1`` and ``norm1``; stage ``i`` is ``layer{i+1}`` (no output norm),
+    as in mmpretrain's ResNet. Each output is the stage's (post-activation)
+    output.
 
     Args:
         arch (str | dict): A key of ``arch_zoo`` or a dict with ``depths``
@@ -52,19 +54,12 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
         norm_cfg (dict): Norm config. Defaults to ``dict(type='BN')``.
         act_cfg (dict): Activation config. Defaults to
             ``dict(type='ReLU', inplace=True)``.
-        out_indices (Sequence[int] | int): Stages to output. Defaults to
-            ``(3, )``.
-        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
-            stages 0..k-1, each with its output norm (no gradients, eval
-            mode), so k = num_stages freezes the whole backbone. The stem is
-            ``conv1`` and ``norm1``; stage ``i`` is ``layer{i+1}`` (no output
-            norm), as mmpretrain's ResNet. Defaults to -1.
-        norm_eval (bool): Keep BN layers in eval mode. Defaults to False.
-        with_cp (bool): Gradient checkpointing in the blocks. Defaults to
-            False.
-        init_cfg (dict | list[dict], optional): Initialization config.
-            Defaults to None (PyTorch default init, as the author's code).
+        **kwargs: ``out_indices`` (default -1, the last stage),
+            ``frozen_stages``, ``norm_eval``, ``with_cp`` (mmpretrain's
+            ``BasicBlock`` checkpointing) and ``init_cfg`` (default None:
+            PyTorch's init, as the author's code) of :class:`ZooBackbone`.
     """
+    essential_keys = ('depths', 'widths')
     arch_zoo = {
         'report': {
             'depths': (2, 2, 2, 2),
@@ -75,7 +70,6 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
             'widths': (64, 128, 256, 512)
         },
     }
-    essential_keys = ('depths', 'widths')
 
     def __init__(self,
                  arch: Union[str, dict] = 'report',
@@ -86,23 +80,15 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
                  conv_cfg=None,
                  norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='ReLU', inplace=True),
-                 out_indices: Union[int, Sequence[int]] = (3, ),
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 with_cp: bool = False,
-                 init_cfg=None):
-        super().__init__(init_cfg=init_cfg)
+                 **kwargs):
         arch = parse_arch(arch, self.arch_zoo, self.essential_keys,
                           self.essential_keys)
+        num_stages = check_per_stage({'strides': strides},
+                                     len(arch['depths']))
+        check_choice(stem_type, STEM_TYPES, 'stem_type')
+        super().__init__(num_stages, **kwargs)
         self.depths = tuple(arch['depths'])
         self.widths = tuple(arch['widths'])
-        self.num_stages = check_per_stage({'strides': strides},
-                                          len(self.depths))
-        check_choice(stem_type, STEM_TYPES, 'stem_type')
-        out_indices = parse_out_indices(out_indices, self.num_stages,
-                                        'stages')
-        self.out_indices = tuple(out_indices)
-        self._init_freezing(frozen_stages, self.num_stages, norm_eval)
 
         stem_channels = self.widths[0]
         if stem_type == 'conv7x7':
@@ -118,8 +104,7 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
         self.add_module(self.norm1_name, norm1)
         self.relu = build_activation_layer(act_cfg)
 
-        num_blocks = sum(self.depths)
-        dpr = linear_drop_path_rates(drop_path_rate, num_blocks)
+        dpr = self.drop_path_rates(drop_path_rate, self.depths)
         self.res_layers = []
         in_ch = stem_channels
         for i, (depth, width) in enumerate(zip(self.depths, self.widths)):
@@ -132,10 +117,9 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
                 stride=strides[i],
                 conv_cfg=conv_cfg,
                 norm_cfg=norm_cfg,
-                drop_path_rate=dpr[:depth],
+                drop_path_rate=dpr[i],
                 act_cfg=act_cfg,
-                with_cp=with_cp)
-            dpr = dpr[depth:]
+                with_cp=self.with_cp)
             in_ch = width
             self.add_module(f'layer{i + 1}', layer)
             self.res_layers.append(f'layer{i + 1}')
@@ -156,6 +140,5 @@ class NarrowResNet(FreezeNormEvalMixin, BaseBackbone):
                 outs.append(x)
         return tuple(outs)
 
-    def _freeze_stages(self):
-        freeze_stages(self.frozen_stages, [self.conv1, self.norm1],
-                      [[getattr(self, name)] for name in self.res_layers])
+    def stem_and_stages(self):
+        return ['conv1', self.norm1_name], [[n] for n in self.res_layers]

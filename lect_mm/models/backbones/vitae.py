@@ -1,16 +1,13 @@
 """ViTAE backbone (Xu et al., NeurIPS 2021), ``ViTAE_basic_*`` family."""
-from typing import Sequence, Union
+from typing import Union
 
 import torch
 import torch.nn as nn
-from einops import rearrange
-from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
-from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
-                                  freeze_stages, parse_arch, parse_out_indices,
-                                  run_block)
+from lect_mm.models.utils import TRUNC_NORMAL_INIT_CFG, parse_arch
+from .base_backbone import ZooBackbone, to_map
 
 
 class _ViTAEStage(nn.Module):
@@ -23,13 +20,19 @@ class _ViTAEStage(nn.Module):
 
 
 @MODELS.register_module()
-class ViTAE(FreezeNormEvalMixin, BaseBackbone):
+class ViTAE(ZooBackbone):
     """ViTAE: stages of one reduction cell (PRM + PCM + Performer) and
     ``nc_depths[i]`` normal cells (MHSA + PCM + MLP).
 
     No class token and no positional embedding; the classifier is the mean
     over the last stage's tokens → Linear, i.e. this backbone's last map +
-    ``GlobalAveragePooling`` neck + ``LinearClsHead`` (exact).
+    ``GlobalAveragePooling`` neck + ``LinearClsHead`` (exact). Each output is
+    a stage's tokens as a (B, C, H, W) map (no norm: ViTAE has none at
+    stage outputs).
+
+    Stem and stages (``frozen_stages``, ``get_layer_depth``): the stem is
+    stage 0's reduction cell; a stage is its reduction cell and normal
+    cells (no output norm).
 
     Arches (whole classifier with a 10 / 100-class head, frozen Performer
     features included):
@@ -77,21 +80,12 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
             ``dict(type='GELU')``.
         pcm_act_cfg (dict): PCM activation. Defaults to
             ``dict(type='SiLU', inplace=True)``.
-        out_indices (int | Sequence[int]): Stages to output, as
-            (B, C, H, W) maps (no norm: ViTAE has none at stage outputs).
-            Defaults to -1.
-        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
-            stages 0..k-1, each with its output norm (no gradients, eval
-            mode), so k = num_stages freezes the whole backbone. The stem is
-            stage 0's reduction cell; a stage is its reduction cell and
-            normal cells (no output norm). Defaults to -1.
-        norm_eval (bool): Keep BN layers in eval mode while training.
-            Defaults to False.
-        with_cp (bool): Gradient checkpointing of the normal cells.
-            Defaults to False.
         init_cfg (dict | list[dict], optional): Defaults to trunc-normal
             (std 0.02, bias 0) Linear layers and unit LayerNorms; convs and
             BN keep PyTorch defaults, the Performer features stay frozen.
+        **kwargs: ``out_indices`` (default -1, the last stage),
+            ``frozen_stages``, ``norm_eval`` and ``with_cp`` (the normal
+            cells run under checkpointing) of :class:`ZooBackbone`.
     """
 
     arch_zoo = {
@@ -124,26 +118,16 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                  conv_norm_cfg: dict = dict(type='BN'),
                  act_cfg: dict = dict(type='GELU'),
                  pcm_act_cfg: dict = dict(type='SiLU', inplace=True),
-                 out_indices: Union[int, Sequence[int]] = -1,
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 with_cp: bool = False,
-                 init_cfg=TRUNC_NORMAL_INIT_CFG):
-        super().__init__(init_cfg=init_cfg)
-        self.arch_settings = a = parse_arch(arch, self.arch_zoo,
-                                            self.essential_keys,
-                                            self.essential_keys[:-1])
-        self.num_stages = len(a['embed_dims'])
-        self.out_indices = parse_out_indices(out_indices, self.num_stages,
-                                             'stages')
-        self._init_freezing(frozen_stages, self.num_stages, norm_eval)
-        self.with_cp = with_cp
+                 init_cfg=TRUNC_NORMAL_INIT_CFG,
+                 **kwargs):
+        a = parse_arch(arch, self.arch_zoo, self.essential_keys,
+                       self.essential_keys[:-1])
+        super().__init__(len(a['embed_dims']), init_cfg=init_cfg, **kwargs)
+        self.arch_settings = a
         self.out_channels = list(a['token_dims'])
 
-        total = sum(a['nc_depths'])
-        dpr = torch.linspace(0, drop_path_rate, max(total, 1)).tolist()
+        dpr = self.drop_path_rates(drop_path_rate, a['nc_depths'])
         self.stages = nn.ModuleList()
-        start = 0
         for i in range(self.num_stages):
             rc = ReductionCell(
                 in_channels,
@@ -167,7 +151,7 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                     qkv_bias=qkv_bias,
                     drop_rate=drop_rate,
                     attn_drop_rate=attn_drop_rate,
-                    drop_path_rate=dpr[start + j],
+                    drop_path_rate=dpr[i][j],
                     groups=a['nc_groups'][i],
                     attn_cfg=attn_cfg,
                     norm_cfg=norm_cfg,
@@ -176,15 +160,14 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
                     pcm_act_cfg=pcm_act_cfg)
                 for j in range(a['nc_depths'][i])
             ])
-            start += a['nc_depths'][i]
             self.stages.append(_ViTAEStage(rc, ncs))
             in_channels = dims
 
         self._freeze_stages()
 
-    def _freeze_stages(self):
-        freeze_stages(self.frozen_stages, [self.stages[0].rc],
-                      [[stage] for stage in self.stages])
+    def stem_and_stages(self):
+        return ['stages.0.rc'], [[f'stages.{i}']
+                                 for i in range(self.num_stages)]
 
     def forward(self, x: torch.Tensor) -> tuple:
         outs = []
@@ -192,12 +175,7 @@ class ViTAE(FreezeNormEvalMixin, BaseBackbone):
         for i, stage in enumerate(self.stages):
             x, hw_shape = stage.rc(x, hw_shape)
             for nc in stage.ncs:
-                x = run_block(nc, x, hw_shape, self.with_cp)
+                x = self.run_block(nc, x, hw_shape)
             if i in self.out_indices:
-                outs.append(
-                    rearrange(
-                        x,
-                        'b (h w) c -> b c h w',
-                        h=hw_shape[0],
-                        w=hw_shape[1]))
+                outs.append(to_map(x, hw_shape))
         return tuple(outs)

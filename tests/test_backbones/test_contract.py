@@ -1,17 +1,24 @@
-"""One ``frozen_stages`` rule for all seven backbones (FROZEN_STAGES_DOC).
+"""The contract of all seven backbones (ZooBackbone): one ``frozen_stages``
+rule, one layer-wise learning-rate decay, one ``with_cp``.
 
 For each backbone the stem and every stage are named here by their
 parameter/module prefixes, independently of the backbone's own
-``_freeze_stages``; the test checks exactly which parameters stop taking
-gradients and exactly which modules stay in eval mode after ``train()``.
+``stem_and_stages``; the tests check exactly which parameters stop taking
+gradients and exactly which modules stay in eval mode after ``train()``,
+the learning rate mmpretrain's layer-decay constructor gives each
+parameter, and that checkpointing changes no value or gradient.
 """
 import re
 
 import pytest
+import torch
+from mmpretrain.engine.optimizers import \
+    LearningRateDecayOptimWrapperConstructor
 from mmpretrain.registry import MODELS
 from torch.nn.modules.batchnorm import _BatchNorm
 
 import lect_mm  # noqa: F401
+from lect_mm.models.backbones.base_backbone import ZooBackbone
 from lect_mm.models.utils import FROZEN_STAGES_DOC
 
 # name: (tiny config, stem prefixes, per-stage prefixes, frozen by design).
@@ -71,6 +78,9 @@ CASES = {
         ['patch_embed.'], [['stages.0.'], ['stages.1.']], []),
 }
 NAMES = sorted(CASES)
+# An input side each tiny model takes.
+INPUT_SIDES = {'LeCT': 32, 'CeiT': 32, 'CCT': 16, 'ViTAE': 32, 'AlterNet': 8,
+               'NarrowResNet': 8, 'FlexibleLeViT': 32}
 
 
 def _build(name, **kwargs):
@@ -117,8 +127,9 @@ def test_out_of_range_and_docstring(name):
                            match=re.escape(f'frozen_stages must be in [-1, '
                                            f'{num_stages}]')):
             _build(name, frozen_stages=bad)
-    doc = ' '.join(MODELS.get(name).__doc__.split())
-    assert FROZEN_STAGES_DOC in doc
+    assert FROZEN_STAGES_DOC in ' '.join(ZooBackbone.__doc__.split())
+    assert issubclass(MODELS.get(name), ZooBackbone)
+    assert 'Stem and stages' in MODELS.get(name).__doc__
 
 
 @pytest.mark.parametrize('name', NAMES)
@@ -129,3 +140,40 @@ def test_norm_eval_keeps_only_batchnorms_in_eval(name):
     assert not any(m.training for m in bns)
     assert all(m.training for m in model.modules()
                if not isinstance(m, _BatchNorm))
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_layer_decay_groups_fall_from_head_to_stem(name):
+    """mmpretrain's constructor, as a config names it: stem depth 0, stage
+    i depth i + 1, a head after the backbone the last depth; the rate
+    falls by the decay rate at each depth down to the stem."""
+    _, stem, stages, by_design = CASES[name]
+    model = _build(name)
+    constructor = LearningRateDecayOptimWrapperConstructor(
+        dict(type='OptimWrapper',
+             optimizer=dict(type='AdamW', lr=1., weight_decay=0.05)),
+        dict(layer_decay_rate=0.5))
+    groups = constructor(model).optimizer.param_groups
+    num_layers = len(stages) + 2
+    lrs = {g['param_name']: g['lr'] for g in groups}
+    assert set(lrs) == {
+        n for n, p in model.named_parameters() if p.requires_grad}
+    seen = set()
+    for depth, prefixes in enumerate([stem] + stages):
+        names = {n for n in lrs if _matches(n, prefixes)} - seen
+        assert names or depth not in (0, num_layers - 2), prefixes
+        assert {lrs[n] for n in names} <= {0.5**(num_layers - 1 - depth)}
+        seen |= names
+    assert seen == set(lrs)
+    assert model.get_layer_depth('head.fc.weight', 'backbone.') == (
+        num_layers - 1, num_layers)
+
+
+@pytest.mark.parametrize('name', NAMES)
+def test_with_cp_same_values_and_grads_nothing_recomputed_twice(
+        name, same_outputs_and_grads):
+    torch.manual_seed(0)
+    plain, checkpointed = _build(name), _build(name, with_cp=True)
+    side = INPUT_SIDES[name]
+    same_outputs_and_grads(plain, checkpointed,
+                           torch.randn(2, 3, side, side))

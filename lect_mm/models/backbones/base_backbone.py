@@ -1,0 +1,177 @@
+"""The contract every backbone of the zoo shares, written once.
+
+:class:`ZooBackbone` extends mmpretrain's ``BaseBackbone`` with what LeCT,
+CeiT, ViTAE, CCT, AlterNet, NarrowResNet and FlexibleLeViT have in common:
+the constructor tail (``out_indices``, ``frozen_stages``, ``norm_eval``,
+``with_cp``, ``init_cfg``), freezing, ``get_layer_depth`` for mmpretrain's
+``LearningRateDecayOptimWrapperConstructor``, the stochastic-depth schedule,
+gradient checkpointing of blocks and the token -> map layout of outputs.
+A subclass names its stem and stages once (:meth:`stem_and_stages`); both
+``frozen_stages`` and the layer-wise learning-rate decay read them.
+"""
+from functools import reduce
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.nn as nn
+from einops import rearrange
+from mmpretrain.models.backbones.base_backbone import BaseBackbone
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from lect_mm.blocks.utils import run_checkpointed
+from lect_mm.models.utils import (check_frozen_stages, freeze,
+                                  parse_out_indices, parse_pooled_out)
+
+
+def to_map(x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tensor:
+    """Tokens ``(B, H*W, C)`` -> map ``(B, C, H, W)``."""
+    return rearrange(x, 'b (h w) c -> b c h w', h=hw_shape[0], w=hw_shape[1])
+
+
+class ZooBackbone(BaseBackbone):
+    """Base of the zoo's backbones: the arguments and behaviour they share.
+
+    A backbone is a stem and ``num_stages`` stages (blocks or groups of
+    blocks, named by :meth:`stem_and_stages`), and returns one output per
+    entry of ``out_indices``. ``frozen_stages`` freezes the stem and the
+    first stages; :meth:`get_layer_depth` gives the stem depth 0, stage
+    ``i`` depth ``i + 1`` and what follows the backbone (the neck and head)
+    the last depth, ``num_stages + 1``, as mmpretrain's ViT and Swin do, so
+    that ``LearningRateDecayOptimWrapperConstructor`` lowers the learning
+    rate from the head down to the stem.
+
+    A subclass parses its arch first, calls ``super().__init__`` with its
+    number of stages and the keyword arguments it was given, builds its
+    layers, then calls ``self._freeze_stages()``.
+
+    Args:
+        num_stages (int): Number of stages (for ``out_indices`` and
+            ``frozen_stages``).
+        out_indices (int | Sequence[int]): Stages whose outputs ``forward``
+            returns, in stage order; negative indices count from the end.
+            Defaults to -1, the last stage.
+        out_type (str, optional): What a backbone with a pooled output
+            (CeiT, CCT: ``OUT_TYPES``) returns: ``'pooled'``, the feature
+            the classifier reads (after the last stage only), or
+            ``'featmap'``, ``(B, C, H, W)`` maps. Must be None for the
+            others, whose outputs are maps. Defaults to None.
+        frozen_stages (int): -1 freezes nothing; k >= 0 freezes the stem and
+            stages 0..k-1, each with its output norm (no gradients, eval
+            mode), so k = num_stages freezes the whole backbone.
+            Defaults to -1.
+        norm_eval (bool): Keep every BatchNorm in eval mode while training
+            (frozen running statistics). Defaults to False.
+        with_cp (bool): Gradient checkpointing: blocks keep fewer
+            activations for backward and compute them again there (less
+            memory, a slower step), as mmpretrain's ``with_cp``. A block
+            that implements ``with_cp`` itself (LeCT's blocks recompute
+            only their cheap layers) is built with it; any other block runs
+            under ``torch.utils.checkpoint``. Never both. Defaults to False.
+        init_cfg (dict | list[dict], optional): Initialization config.
+            Defaults to None.
+        **kwargs: Arguments of the next base class (mmpretrain's ``LeViT``
+            for :class:`FlexibleLeViT`).
+    """
+
+    #: What the stages are called in error messages.
+    stage_name = 'stages'
+    #: The ``out_type`` choices of a backbone with a pooled output.
+    OUT_TYPES: Tuple[str, ...] = ()
+
+    def __init__(self,
+                 num_stages: int,
+                 out_indices: Union[int, Sequence[int]] = -1,
+                 out_type: Optional[str] = None,
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 init_cfg=None,
+                 **kwargs):
+        if self.OUT_TYPES:
+            out_indices = parse_pooled_out(out_type, self.OUT_TYPES,
+                                           out_indices, num_stages,
+                                           self.stage_name)
+        elif out_type is not None:
+            raise TypeError(f'{type(self).__name__} takes no out_type: its '
+                            'outputs are (B, C, H, W) maps.')
+        out_indices = tuple(
+            parse_out_indices(out_indices, num_stages, self.stage_name))
+        frozen_stages = check_frozen_stages(frozen_stages, num_stages)
+        super().__init__(init_cfg=init_cfg, **kwargs)
+        self.num_stages = num_stages
+        self.out_indices = out_indices
+        self.out_type = out_type
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        self.with_cp = with_cp
+
+    def stem_and_stages(self) -> Tuple[List[str], List[List[str]]]:
+        """Names (module or parameter paths) of the stem and of each stage,
+        its output side (norms, pooling) included; a name the backbone did
+        not build (None) is skipped."""
+        raise NotImplementedError(
+            f'{type(self).__name__} must name its stem and stages.')
+
+    def _part(self, name: str):
+        return reduce(lambda obj, attr: getattr(obj, attr, None),
+                      name.split('.'), self)
+
+    def _freeze_stages(self):
+        """Freeze the stem and stages ``0..frozen_stages-1``."""
+        if self.frozen_stages < 0:
+            return
+        stem, stages = self.stem_and_stages()
+        for name in stem + sum(stages[:self.frozen_stages], []):
+            freeze(self._part(name))
+
+    def train(self, mode: bool = True):
+        """``train(mode)``, then the frozen stages back to eval mode and,
+        with ``norm_eval``, every BatchNorm too."""
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self
+
+    def get_layer_depth(self, param_name: str,
+                        prefix: str = '') -> Tuple[int, int]:
+        """The layer-wise depth of a parameter and the number of depths.
+
+        Args:
+            param_name (str): The parameter's name in the model.
+            prefix (str): The backbone's prefix in the model
+                (``'backbone.'`` in a classifier). Defaults to ''.
+
+        Returns:
+            tuple[int, int]: The depth (0 for the stem, ``i + 1`` for stage
+            ``i``, ``num_stages + 1`` for anything after the backbone) and
+            the number of depths, ``num_stages + 2``.
+        """
+        num_layers = self.num_stages + 2
+        if not param_name.startswith(prefix):
+            return num_layers - 1, num_layers
+        name = param_name[len(prefix):]
+        stem, stages = self.stem_and_stages()
+        for depth, names in enumerate([stem] + stages):
+            if any(name == n or name.startswith(n + '.') for n in names):
+                return depth, num_layers
+        return num_layers - 1, num_layers
+
+    @staticmethod
+    def drop_path_rates(drop_path_rate: float,
+                        depths: Sequence[int]) -> List[List[float]]:
+        """Stochastic depth rising linearly from 0 to ``drop_path_rate``
+        over all blocks, split into one list per stage of ``depths``
+        blocks."""
+        rates = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        return [
+            rates[sum(depths[:i]):sum(depths[:i + 1])]
+            for i in range(len(depths))
+        ]
+
+    def run_block(self, block: nn.Module, x: torch.Tensor, *args):
+        """``block(x, *args)`` under the backbone's ``with_cp``
+        (:func:`~lect_mm.blocks.utils.run_checkpointed`)."""
+        return run_checkpointed(block, x, *args, with_cp=self.with_cp)

@@ -9,6 +9,7 @@ a second update of the module's BatchNorm running statistics: values,
 gradients and buffers are bit for bit those of the plain chain.
 """
 import contextlib
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -29,9 +30,18 @@ def recompute_active(module: nn.Module) -> bool:
         return False
     # Only plain BatchNorm2d: SyncBatchNorm would communicate again in
     # backward, and other stateful norms would update their state twice.
-    return all(
-        type(m) is nn.BatchNorm2d or not isinstance(m, _BatchNorm)
-        for m in module.modules())
+    others = sorted({
+        type(m).__name__
+        for m in module.modules()
+        if isinstance(m, _BatchNorm) and type(m) is not nn.BatchNorm2d
+    })
+    if others:
+        warnings.warn(
+            f'with_cp=True: {type(module).__name__} keeps its intermediates '
+            f'for backward: its {", ".join(others)} cannot be rerun in '
+            'backward (it would communicate or update its statistics a '
+            'second time), so it saves no memory.', stacklevel=2)
+    return not others
 
 
 @contextlib.contextmanager

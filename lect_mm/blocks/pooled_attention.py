@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
+from .deploy import FuseConvBNMixin
 from .dropout import FastDropout
 from .functional import IMPLS, attend
 from .recompute import recompute, recompute_active
@@ -189,7 +190,7 @@ def _check_pooling(sr_ratio, pool_size):
     return None, pool_size
 
 
-class PooledKeyAttention(BaseModule):
+class PooledKeyAttention(FuseConvBNMixin, BaseModule):
     """Base of the attention blocks with pooled queries and keys.
 
     Queries and keys are pooled to an ``h' x w'`` grid, each query's
@@ -206,6 +207,10 @@ class PooledKeyAttention(BaseModule):
     With ``return_attn_map = True`` each forward stores the softmaxed
     ``(B, m, Nq, N)`` map (before dropout, detached) in ``attn_map``, for
     visualisation; off by default, and then no map is computed.
+
+    ``switch_to_deploy()`` folds the subclass's ``conv_bn_pairs`` and the
+    query upsampler's for inference
+    (:class:`~lect_mm.blocks.deploy.FuseConvBNMixin`).
 
     Args:
         embed_dims (int): Number of channels ``C``; the logit scale is

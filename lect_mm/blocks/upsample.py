@@ -31,6 +31,7 @@ from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 
+from .deploy import FuseConvBNMixin
 from .functional import is_compiling
 from .utils import to_pair
 
@@ -207,9 +208,12 @@ class ResizeUpsampler(BaseModule):
 
 
 @MODELS.register_module()
-class ResizeDWConvUpsampler(BaseModule):
+class ResizeDWConvUpsampler(FuseConvBNMixin, BaseModule):
     """Resize → depthwise ``k x k`` conv (no bias) → norm: the LeCT v1/v2
     query upsampler (report §3.3).
+
+    ``switch_to_deploy()`` folds ``norm`` into ``conv``
+    (:class:`~lect_mm.blocks.deploy.FuseConvBNMixin`).
 
     Args:
         channels (int): Number of channels ``C``.
@@ -219,6 +223,8 @@ class ResizeDWConvUpsampler(BaseModule):
         norm_cfg (dict): Norm layer config. Defaults to ``dict(type='BN')``.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
+
+    conv_bn_pairs = (('conv', 'norm'), )
 
     def __init__(self,
                  channels: int,

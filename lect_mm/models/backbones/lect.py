@@ -17,6 +17,7 @@ from mmengine.model import BaseModule, ModuleList
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from mmpretrain.registry import MODELS
 
+from lect_mm.blocks.deploy import FuseConvBNMixin
 from lect_mm.blocks.utils import (accepted_args, conv_out_size, set_defaults,
                                   set_named_defaults, to_pair)
 from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, FreezeNormEvalMixin,
@@ -186,6 +187,11 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
             Defaults to False.
         with_cp (bool): Gradient checkpointing of each block. Defaults to
             False.
+        deploy (bool): Build the inference structure, every conv →
+            BatchNorm pair folded (:meth:`switch_to_deploy`), to load a
+            checkpoint folded by mmpretrain's
+            ``tools/model_converters/reparameterize_model.py``. Defaults to
+            False.
         init_cfg (dict | list[dict], optional): Initialization config:
             truncated normal (std 0.02, bias 0) for Linear, 1/0 for
             LayerNorm; convolutions and BatchNorm keep PyTorch defaults.
@@ -237,6 +243,7 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
+                 deploy: bool = False,
                  init_cfg=TRUNC_NORMAL_INIT_CFG):
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = self._parse_arch(arch)
@@ -294,6 +301,9 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
             prev_dims = dims
 
         self._freeze_stages()
+        self.deploy = False
+        if deploy:
+            self.switch_to_deploy()
 
     @classmethod
     def _parse_arch(cls, arch: Union[str, dict]) -> dict:
@@ -353,6 +363,20 @@ class LeCT(FreezeNormEvalMixin, BaseBackbone):
             if i in self.out_indices:
                 outs.append(x)
         return tuple(outs)
+
+    def switch_to_deploy(self):
+        """Fold every conv → BatchNorm pair for inference, as mmpretrain's
+        LeViT: LeMSA's depthwise branches (and LeMSAv2's ``conv3``), the
+        query upsamplers and LeFFN
+        (:class:`~lect_mm.blocks.deploy.FuseConvBNMixin`). Eval-mode outputs
+        are unchanged up to float rounding; the folded model is for
+        inference only."""
+        if self.deploy:
+            return
+        for module in list(self.modules()):
+            if isinstance(module, FuseConvBNMixin):
+                module.switch_to_deploy()
+        self.deploy = True
 
     def _freeze_stages(self):
         freeze_stages(self.frozen_stages, [self.stages[0].patch_embed],

@@ -143,6 +143,20 @@ def test_inference(bench):
         assert 'failed' not in _table_rows(text, name)[0]
 
 
+def test_inference_deploy_speedup(bench):
+    mod = bench('inference')
+    text = '\n'.join(mod.main(QUICK + ['--deploy-speedup']).parts)
+    assert '### Inference images/s, eager, deployed (batch 2, 64²' in text
+    lect, = _table_rows(text, 'LeCT')
+    resnet, = _table_rows(text, 'ResNet')
+    cells = [c.strip() for c in lect.strip('|').split('|')]
+    assert len(cells) == 7 and '–' not in cells  # LeCT folds
+    cells = [c.strip() for c in resnet.strip('|').split('|')]
+    assert cells[3:5] == ['–', '–'] and cells[5:] == ['1.00', '1.00']
+    with pytest.raises(SystemExit):
+        mod.parse_args(['--deploy-speedup', '--compile'])
+
+
 @pytest.mark.heavy
 def test_data_pipeline(bench):
     mod = bench('data_pipeline')

@@ -132,7 +132,8 @@ def _trained_like(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def run_model(config: str, args, sizes, example_size) -> Tuple[int, List]:
+def run_model(config: str, args, sizes,
+              example_size) -> Tuple[int, float, List]:
     model = _trained_like(build_classifier(config)).eval()
     if args.quick:
         model.backbone = _shallow(model.backbone)
@@ -161,7 +162,7 @@ def run_model(config: str, args, sizes, example_size) -> Tuple[int, List]:
             traceback.print_exc()
             rows.append([fmt, 'failed: ' + f'{type(err).__name__}: '
                          f'{err}'.splitlines()[0][:120]] + [''] * len(sizes))
-    return lowest, rows
+    return lowest, max(r.abs().max().item() for r in refs), rows
 
 
 def _shallow(backbone: torch.nn.Module) -> torch.nn.Module:
@@ -183,19 +184,22 @@ def main(argv=None) -> Report:
     for name, config in resolve_models(args.models, args.quick,
                                        LECT_MODELS).items():
         print(f'[{name}] {config}', file=sys.stderr, flush=True)
-        lowest, model_rows = run_model(config, args, sizes, example_size)
-        rows += [[name, f'{lowest}'] + row for row in model_rows]
+        lowest, largest, model_rows = run_model(config, args, sizes,
+                                                example_size)
+        rows += [[name, f'{lowest}', f'{largest:.2f}'] + row
+                 for row in model_rows]
     what = 'deployed model' if args.deploy else 'model'
     report.add(f'### Max |exported − eager| of the logits ({what}, exported '
                f'from {example_size[0]}×3×{example_size[1]}×'
                f'{example_size[2]}, dynamic batch, height, width)')
     report.add()
     report.add(markdown_table(
-        ['Model', 'smallest side', 'format', 'export s'] +
+        ['Model', 'smallest side', 'max |logit|', 'format', 'export s'] +
         [f'bs {b}, {h}×{w}' for b, h, w in sizes], rows))
     report.add()
     report.add('smallest side: the lower bound of the height and width '
-               'Dims. export s: seconds to export; ONNX dynamo translates '
+               'Dims. max |logit|: the largest eager logit at these sizes. '
+               'export s: seconds to export; ONNX dynamo translates '
                'the program of the torch.export row, which is timed there '
                'when both run. ONNX graphs run in onnxruntime '
                '(CPUExecutionProvider).')

@@ -157,6 +157,17 @@ def test_inference_deploy_speedup(bench):
         mod.parse_args(['--deploy-speedup', '--compile'])
 
 
+def test_export(bench):
+    pytest.importorskip('onnxruntime')
+    mod = bench('export')
+    text = '\n'.join(mod.main(QUICK).parts)
+    row, = _table_rows(text, 'LeCT')
+    cells = [c.strip() for c in row.strip('|').split('|')]
+    assert cells[1] == '57'  # LeCT v1: from 57 on, 2x2 pooled grids
+    assert cells[3] == 'ONNX TorchScript'
+    assert all(float(c) < 1e-4 for c in cells[5:]) and len(cells) == 7
+
+
 @pytest.mark.heavy
 def test_data_pipeline(bench):
     mod = bench('data_pipeline')

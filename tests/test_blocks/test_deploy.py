@@ -71,3 +71,13 @@ def test_a_norm_that_cannot_fold_is_named():
     ffn = LeFFN(8, 2, norm_cfg=dict(type='BN', track_running_stats=False))
     with pytest.raises(ValueError, match='no running statistics'):
         ffn.switch_to_deploy()
+
+
+def test_sync_batch_norm_folds_too():
+    ffn = _randomise_norms(LeFFN(8, 2, norm_cfg=dict(type='SyncBN'))).eval()
+    x = torch.randn(1, 12, 8)
+    with torch.no_grad():
+        expected = ffn(x, (3, 4))
+        ffn.switch_to_deploy()
+        torch.testing.assert_close(ffn(x, (3, 4)), expected)
+    assert not any(isinstance(m, _BatchNorm) for m in ffn.modules())

@@ -86,6 +86,7 @@ def _assert_close(outs, refs):
             torch.as_tensor(out), ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.heavy
 def test_torch_export_and_its_onnx_graph_run_at_any_size(model):
     # Not under no_grad: impl='auto' must not turn into a size guard where
     # autograd records (Constraints violated otherwise). One test for

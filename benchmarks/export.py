@@ -194,11 +194,12 @@ def main(argv=None) -> Report:
                f'{example_size[2]}, dynamic batch, height, width)')
     report.add()
     report.add(markdown_table(
-        ['Model', 'smallest side', 'max |logit|', 'format', 'export s'] +
+        ['Model', 'smallest side', 'largest logit', 'format', 'export s'] +
         [f'bs {b}, {h}×{w}' for b, h, w in sizes], rows))
     report.add()
     report.add('smallest side: the lower bound of the height and width '
-               'Dims. max |logit|: the largest eager logit at these sizes. '
+               'Dims. largest logit: the largest eager |logit| at these '
+               'sizes. '
                'export s: seconds to export; ONNX dynamo translates '
                'the program of the torch.export row, which is timed there '
                'when both run. ONNX graphs run in onnxruntime '

@@ -65,6 +65,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='--deploy-speedup: the ways to run each model (--quick: '
         'eager deployed, as compiling takes minutes)')
     parser.add_argument(
+        '--cpu-time', action='store_true',
+        help='--deploy-speedup on the CPU: time CPU seconds of the process '
+        '(process_time) instead of wall time, for single-threaded runs on '
+        'a shared machine')
+    parser.add_argument(
         '--turn', type=int, default=3,
         help='--deploy-speedup: timed batches in a row per model and mode '
         '(after one untimed)')
@@ -149,7 +154,7 @@ def deploy_speedup_table(args, device: torch.device,
             cells[(name, mode)] = len(calls)
             calls.append(call)
     stats = measure_interleaved(calls, device, args.warmup, args.repeats,
-                                args.turn)
+                                args.turn, args.cpu_time)
 
     def rate(name, mode):
         i = cells.get((name, mode))
@@ -188,7 +193,8 @@ def deploy_speedup_table(args, device: torch.device,
         rows))
     report.add()
     report.add(
-        'Images/s, median [IQR] over '
+        'Images/s' + (' of CPU time (process_time)' if args.cpu_time else
+                      '') + ', median [IQR] over '
         f'{args.repeats} timed batches after {args.warmup} warm-up batches '
         f'(compilation included), all models and modes timed in turns of '
         f'one untimed and {args.turn} timed batches. deployed: the '

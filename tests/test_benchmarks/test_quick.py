@@ -145,8 +145,10 @@ def test_inference(bench):
 
 def test_inference_deploy_speedup(bench):
     mod = bench('inference')
-    text = '\n'.join(mod.main(QUICK + ['--deploy-speedup']).parts)
+    text = '\n'.join(
+        mod.main(QUICK + ['--deploy-speedup', '--cpu-time']).parts)
     assert '### Inference images/s, eager, deployed (batch 2, 64²' in text
+    assert 'Images/s of CPU time (process_time)' in text
     lect, = _table_rows(text, 'LeCT')
     resnet, = _table_rows(text, 'ResNet')
     cells = [c.strip() for c in lect.strip('|').split('|')]

@@ -78,7 +78,11 @@ setup(
         'matplotlib>=3.5',
     ],
     extras_require={
-        'tests': ['pytest>=7', 'pytest-xdist>=3'],
+        # onnx, onnxruntime and onnxscript: the export round trips.
+        'tests': [
+            'pytest>=7', 'pytest-xdist>=3', 'onnx>=1.23', 'onnxruntime>=1.32',
+            'onnxscript>=0.7'
+        ],
         'mmcv-lite': ['mmcv-lite>=2.0,<2.4'],
     },
     cmdclass={'build_py': BuildPyWithMim},

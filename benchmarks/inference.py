@@ -6,17 +6,27 @@ random input on the device (no data loading). Median and IQR over the timed
 batches; the last column is the batch-64 fp32 rate relative to the report's
 ResNet.
 
+``--deploy-speedup`` prints instead each model eager, deployed (its
+backbone's conv → BatchNorm pairs folded by ``switch_to_deploy()``, where
+it has one) and compiled (the deployed model's backbone and neck under
+``torch.compile`` with Inductor's freezing, which folds the weights into
+the compiled code), all timed in turns, fp32, at the largest
+``--batch-sizes``.
+
 Examples::
 
     python benchmarks/inference.py
     python benchmarks/inference.py --models LeCT ViT --channels-last
+    python benchmarks/inference.py --deploy-speedup --batch-sizes 16
     python benchmarks/inference.py --quick
 """
 import argparse
+import copy
+import functools
 import gc
 import sys
 import traceback
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 import torch
 from common.cli import (add_model_args, layout_flags, new_parser,
@@ -24,9 +34,12 @@ from common.cli import (add_model_args, layout_flags, new_parser,
 from common.models import (REFERENCE_MODEL, build_classifier, compile_model,
                            inference_call)
 from common.report import Report, machine_header, markdown_table
-from common.timing import measure
+from common.timing import measure, measure_interleaved
 
 from lect_mm.analysis import count_params
+
+#: The ways ``--deploy-speedup`` runs a model.
+DEPLOY_MODES = ('eager', 'deployed', 'compiled')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -42,11 +55,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--channels-last', action='store_true')
     parser.add_argument('--compile', action='store_true',
                         help='torch.compile the backbone and neck')
+    parser.add_argument(
+        '--deploy-speedup', action='store_true',
+        help='instead of the table, time each model eager, deployed and '
+        'compiled (fp32, largest --batch-sizes) in turns')
+    parser.add_argument(
+        '--modes', nargs='+', default=list(DEPLOY_MODES),
+        choices=DEPLOY_MODES,
+        help='--deploy-speedup: the ways to run each model (--quick: '
+        'eager deployed, as compiling takes minutes)')
+    parser.add_argument(
+        '--cpu-time', action='store_true',
+        help='--deploy-speedup on the CPU: time CPU seconds of the process '
+        '(process_time) instead of wall time, for single-threaded runs on '
+        'a shared machine')
+    parser.add_argument(
+        '--turn', type=int, default=3,
+        help='--deploy-speedup: timed batches in a row per model and mode '
+        '(after one untimed)')
     args = parser.parse_args(argv)
+    if args.deploy_speedup and (args.compile or args.channels_last):
+        parser.error('--deploy-speedup compares its own modes; leave out '
+                     '--compile and --channels-last')
     if args.quick:
         args.batch_sizes = [1, 2]
         args.img_size = 64
         args.warmup, args.repeats = 1, 2
+        if '--modes' not in (argv if argv is not None else sys.argv):
+            args.modes = ['eager', 'deployed']
     return args
 
 
@@ -75,11 +111,108 @@ def run_model(config: str, args, device: torch.device) -> Dict:
     return dict(params=params, stats=rates)
 
 
+def _deployed(model: torch.nn.Module) -> bool:
+    """Fold the backbone's conv → BatchNorm pairs if it can; whether it
+    did."""
+    switch = getattr(model.backbone, 'switch_to_deploy', None)
+    if switch is None:
+        return False
+    switch()
+    return True
+
+
+def _frozen(call: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """``call()`` with Inductor's freezing on (read when the first call
+    compiles)."""
+    import torch._inductor.config as inductor_config
+
+    with inductor_config.patch(freezing=True):
+        return call()
+
+
+def deploy_speedup_table(args, device: torch.device,
+                         report: Report) -> None:
+    """Each model eager, deployed and compiled, all timed in turns."""
+    bs = max(args.batch_sizes)
+    x = torch.randn(bs, 3, args.img_size, args.img_size, device=device)
+    calls, cells, names = [], {}, []
+    for name, config in resolve_models(args.models, args.quick).items():
+        print(f'[{name}] {", ".join(args.modes)}', file=sys.stderr,
+              flush=True)
+        eager = build_classifier(config).to(device).eval()
+        deployed = copy.deepcopy(eager)
+        folds = _deployed(deployed)
+        names.append((name, eager))
+        for mode in args.modes:
+            if mode == 'deployed' and not folds:
+                continue  # the same model as eager
+            model = eager if mode == 'eager' else copy.deepcopy(deployed)
+            call = inference_call(model, x, device)
+            if mode == 'compiled':
+                compile_model(model)
+                call = functools.partial(_frozen, call)
+            cells[(name, mode)] = len(calls)
+            calls.append(call)
+    stats = measure_interleaved(calls, device, args.warmup, args.repeats,
+                                args.turn, args.cpu_time)
+
+    def rate(name, mode):
+        i = cells.get((name, mode))
+        return stats[i].rate(bs) if i is not None else '–'
+
+    def seconds(name, mode):
+        """Median seconds of a batch; a model that does not fold runs
+        'deployed' as 'eager'."""
+        i = cells.get((name, mode), cells.get((name, 'eager')))
+        return stats[i].median if i is not None else None
+
+    def speedup(time, ref_time):
+        return f'{ref_time / time:.2f}' if time and ref_time else '–'
+
+    first, last = args.modes[0], args.modes[-1]
+    rows = []
+    for name, eager in names:
+        row = [name, f'{count_params(eager) / 1e6:.3f}']
+        row += [rate(name, m) for m in args.modes]
+        row += [
+            speedup(seconds(name, m), seconds(name, first))
+            if (name, m) in cells else '–' for m in args.modes[1:]
+        ]
+        row += [
+            speedup(seconds(name, m), seconds(REFERENCE_MODEL, m))
+            for m in dict.fromkeys((first, last))
+        ]
+        rows.append(row)
+    report.add(f'### Inference images/s, {", ".join(args.modes)} '
+               f'(batch {bs}, {args.img_size}², fp32, inference_mode)')
+    report.add()
+    report.add(markdown_table(
+        ['Model', 'Params (M)'] + [f'{m} img/s' for m in args.modes] +
+        [f'{m} × {first}' for m in args.modes[1:]] +
+        [f'{m} × {REFERENCE_MODEL}' for m in dict.fromkeys((first, last))],
+        rows))
+    report.add()
+    report.add(
+        'Images/s' + (' of CPU time (process_time)' if args.cpu_time else
+                      '') + ', median [IQR] over '
+        f'{args.repeats} timed batches after {args.warmup} warm-up batches '
+        f'(compilation included), all models and modes timed in turns of '
+        f'one untimed and {args.turn} timed batches. deployed: the '
+        "backbone's switch_to_deploy() (– where it has none: the same as "
+        "eager); compiled: the deployed model's backbone and neck under "
+        "torch.compile with Inductor's freezing.")
+    report.add()
+
+
 def main(argv=None) -> Report:
     args = parse_args(argv)
     device = setup(args)
     report = Report('inference', args.out)
     report.add(machine_header(device, 'Inference throughput'))
+    if args.deploy_speedup:
+        deploy_speedup_table(args, device, report)
+        report.save()
+        return report
     models = resolve_models(args.models, args.quick)
     results = {}
     for name, config in models.items():

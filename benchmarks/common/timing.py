@@ -3,7 +3,11 @@
 On CUDA each call is bracketed by CUDA events on the current stream and the
 device is synchronised after every call, so a figure is the GPU time of one
 call (including any gaps where the GPU waits for Python). On CPU it is
-``time.perf_counter`` wall time.
+``time.perf_counter`` wall time, or with ``cpu_time=True``
+``time.process_time``: the CPU seconds of the process's threads, which the
+time spent waiting for a core that other processes hold does not inflate
+(for single-threaded runs on a shared machine; caches and memory bandwidth
+are still shared).
 """
 import statistics
 import time
@@ -70,8 +74,11 @@ def fmt_rate(x: float) -> str:
     return f'{x:.1f}' if x >= 10 else f'{x:.2f}'
 
 
-def _time_call(fn: Callable[[], object], device: torch.device) -> float:
-    """Seconds of one ``fn()``: CUDA events (synchronised) or perf_counter."""
+def _time_call(fn: Callable[[], object],
+               device: torch.device,
+               cpu_time: bool = False) -> float:
+    """Seconds of one ``fn()``: CUDA events (synchronised), perf_counter or
+    (``cpu_time``) process_time."""
     if device.type == 'cuda':
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
@@ -80,9 +87,10 @@ def _time_call(fn: Callable[[], object], device: torch.device) -> float:
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3
-    t0 = time.perf_counter()
+    clock = time.process_time if cpu_time else time.perf_counter
+    t0 = clock()
     fn()
-    return time.perf_counter() - t0
+    return clock() - t0
 
 
 def measure(fn: Callable[[], object],
@@ -101,7 +109,8 @@ def measure_interleaved(fns: Sequence[Callable[[], object]],
                         device: torch.device,
                         warmup: int = 3,
                         repeats: int = 10,
-                        turn: int = 1) -> List[Stats]:
+                        turn: int = 1,
+                        cpu_time: bool = False) -> List[Stats]:
     """Time several competitors in turns, so that a drift of the machine's
     load (CPU) or clocks (GPU) during the measurement affects all of them
     alike. The order reverses every round (``A B``, ``B A``, ``A B``...):
@@ -114,7 +123,8 @@ def measure_interleaved(fns: Sequence[Callable[[], object]],
     calls in a row (the last turn fewer, to make ``repeats``): for very
     different models, whose steps would otherwise each start in what the
     other model left, the times are those of the steady state of a training
-    loop.
+    loop. ``cpu_time``: CPU seconds instead of wall time on the CPU (see the
+    module's documentation).
     """
     if repeats < 1 or turn < 1:
         raise ValueError(f'repeats and turn must be >= 1, got {repeats} '
@@ -133,7 +143,8 @@ def measure_interleaved(fns: Sequence[Callable[[], object]],
                 fns[i]()
                 synchronize(device)
             for _ in range(calls):
-                stats[i].times.append(_time_call(fns[i], device))
+                stats[i].times.append(
+                    _time_call(fns[i], device, cpu_time))
         done += calls
         order.reverse()
     return stats

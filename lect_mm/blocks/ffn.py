@@ -12,13 +12,14 @@ from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
+from .deploy import FuseConvBNMixin
 from .dropout import FastDropout
 from .recompute import recompute, recompute_active
 from .utils import check_hw_shape
 
 
 @MODELS.register_module()
-class LeFFN(BaseModule):
+class LeFFN(FuseConvBNMixin, BaseModule):
     """Locally-enhanced feed-forward network.
 
     With ``r C`` hidden channels (``int(C * ffn_ratio)``)::
@@ -29,6 +30,8 @@ class LeFFN(BaseModule):
 
     Submodule names equal the reference keys (``blocksI.J.leff.conv{1,2,3}``,
     ``bn{1,2,3}``); with ``with_bn=False`` the ``bn*`` are ``nn.Identity``.
+    ``switch_to_deploy()`` folds each ``bn*`` into its conv
+    (:class:`~lect_mm.blocks.deploy.FuseConvBNMixin`).
 
     Args:
         embed_dims (int): Number of channels ``C``.
@@ -47,6 +50,8 @@ class LeFFN(BaseModule):
             activation memory, a slower step). Defaults to False.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
+
+    conv_bn_pairs = (('conv1', 'bn1'), ('conv2', 'bn2'), ('conv3', 'bn3'))
 
     def __init__(self,
                  embed_dims: int,

@@ -1,5 +1,5 @@
 """Stateless functions shared by the blocks: softmax attention and the
-``torch.compile`` check."""
+``torch.compile`` and export checks."""
 from typing import Optional, Tuple
 
 import torch
@@ -19,6 +19,24 @@ def is_compiling() -> bool:
     if hasattr(compiler, 'is_compiling'):
         return compiler.is_compiling()
     return torch._dynamo.is_compiling()  # torch < 2.3
+
+
+def is_exporting() -> bool:
+    """Whether an exporter traces the caller: ``torch.export`` (and the
+    ONNX exporter built on it, ``torch.onnx.export(..., dynamo=True)``) or
+    torch.onnx's TorchScript exporter.
+
+    Choices that depend on the input's size (a fast path for small grids,
+    a shortcut when two sizes are equal) then take their size-independent
+    branch, so that one exported graph serves every input size: under
+    ``torch.export`` such a choice would become a guard on the size, and
+    the TorchScript exporter would record the branch taken at the example
+    size.
+    """
+    compiler = getattr(torch, 'compiler', None)
+    exporting = getattr(compiler, 'is_exporting', None)
+    return bool(exporting is not None
+                and exporting()) or torch.onnx.is_in_onnx_export()
 
 
 def attend(q: torch.Tensor,

@@ -92,6 +92,8 @@ class LeMSA(PooledKeyAttention):
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
 
+    conv_bn_pairs = (('conv1.0', 'conv1.1'), ('conv2.0', 'conv2.1'))
+
     def __init__(self,
                  embed_dims: int,
                  num_heads: int,
@@ -211,6 +213,9 @@ class LeMSAv2(PooledKeyAttention):
             Defaults to None.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
+
+    conv_bn_pairs = (('conv1.0', 'conv1.1'), ('conv2.0', 'conv2.1'),
+                     ('conv3.0', 'conv3.1'))
 
     def __init__(self,
                  embed_dims: int,

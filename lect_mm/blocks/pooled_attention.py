@@ -13,8 +13,9 @@ import torch.nn.functional as F
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
+from .deploy import FuseConvBNMixin
 from .dropout import FastDropout
-from .functional import IMPLS, attend
+from .functional import IMPLS, attend, is_exporting
 from .recompute import recompute, recompute_active
 from .upsample import (MATMUL_RESIZE_MAX_CELLS, ResizeDWConvUpsampler,
                        SVConvTransposeUpsampler, check_resize_mode, resize,
@@ -40,8 +41,10 @@ def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
 
     and ``'fused'`` otherwise and on other devices. Under ``torch.jit``
     tracing the grad mode is ignored, so that a trace and its check (run
-    under ``no_grad``) take the same path. docs/lemsa.md gives the
-    measurements behind the rule.
+    under ``no_grad``) take the same path. Under export
+    (:func:`~lect_mm.blocks.functional.is_exporting`) ``'auto'`` is
+    ``'fused'`` whatever the sizes, so that no size condition enters the
+    exported graph. docs/lemsa.md gives the measurements behind the rule.
 
     Args:
         impl (str): ``'auto'``, ``'fused'`` or ``'literal'``.
@@ -63,7 +66,7 @@ def resolve_impl_for(impl: str, device: torch.device, dtype: torch.dtype,
     gradients (before the pooled maps exist, to pick their layout)."""
     if impl != 'auto':
         return impl
-    if device.type != 'cpu':
+    if device.type != 'cpu' or is_exporting():
         return 'fused'
     if dtype in (torch.bfloat16, torch.float16):
         return 'literal' if cells <= MATMUL_RESIZE_MAX_CELLS else 'fused'
@@ -80,11 +83,28 @@ def pool_map(x: torch.Tensor, sr_ratio: Optional[int],
     ``(ceil(H/K), ceil(W/K))`` and a partial border window averages only its
     valid pixels. ``pool_size``: adaptive pooling to that grid.
     """
+    if sr_ratio is not None and is_exporting():
+        return _pool_ceil_traceable(x, sr_ratio, op)
     if pool_size is not None:
         fn = F.adaptive_avg_pool2d if op == 'avg' else F.adaptive_max_pool2d
         return fn(x, pool_size)
     fn = F.avg_pool2d if op == 'avg' else F.max_pool2d
     return fn(x, sr_ratio, sr_ratio, ceil_mode=True)
+
+
+def _pool_ceil_traceable(x: torch.Tensor, k: int, op: str) -> torch.Tensor:
+    """:func:`pool_map`'s ceil-mode pooling with kernel = stride ``k``,
+    written without ceil mode: under ``torch.export`` ceil mode's check
+    that the last window starts inside the map is a guard on the size that
+    cannot be proven. Padding ``k - 1`` zeros (``-inf`` for max) at the
+    bottom and right gives the same ``ceil(H/k)`` floor-mode windows; each
+    average is then divided by its share of valid pixels, as ceil mode
+    averages over them only."""
+    pad = (0, k - 1, 0, k - 1)
+    if op == 'max':
+        return F.max_pool2d(F.pad(x, pad, value=float('-inf')), k, k)
+    valid = F.avg_pool2d(F.pad(torch.ones_like(x[:1, :1]), pad), k, k)
+    return F.avg_pool2d(F.pad(x, pad), k, k) / valid
 
 
 def map_to_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -190,7 +210,7 @@ def _check_pooling(sr_ratio, pool_size):
     return None, pool_size
 
 
-class PooledKeyAttention(BaseModule):
+class PooledKeyAttention(FuseConvBNMixin, BaseModule):
     """Base of the attention blocks with pooled queries and keys.
 
     Queries and keys are pooled to an ``h' x w'`` grid, each query's
@@ -207,6 +227,10 @@ class PooledKeyAttention(BaseModule):
     With ``return_attn_map = True`` each forward stores the softmaxed
     ``(B, m, Nq, N)`` map (before dropout, detached) in ``attn_map``, for
     visualisation; off by default, and then no map is computed.
+
+    ``switch_to_deploy()`` folds the subclass's ``conv_bn_pairs`` and the
+    query upsampler's for inference
+    (:class:`~lect_mm.blocks.deploy.FuseConvBNMixin`).
 
     Args:
         embed_dims (int): Number of channels ``C``; the logit scale is

@@ -28,10 +28,12 @@ import torch.nn.functional as F
 from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from mmpretrain.registry import MODELS
 
-from .functional import is_compiling
+from .deploy import FuseConvBNMixin
+from .functional import is_compiling, is_exporting
 from .utils import to_pair
 
 RESIZE_MODES = ('nearest', 'bilinear', 'bicubic')
@@ -65,8 +67,11 @@ def _interpolate(x: torch.Tensor, size: Tuple[int, int],
 
 def _resize_by_matrix(cells: int) -> bool:
     """Small grids resize as a matmul, except under tracing, where FLOP
-    counters must see the resize op the architecture specifies."""
-    return cells <= MATMUL_RESIZE_MAX_CELLS and not torch.jit.is_tracing()
+    counters must see the resize op the architecture specifies, and under
+    export, where the grid's size is not known."""
+    if torch.jit.is_tracing() or is_exporting():
+        return False
+    return cells <= MATMUL_RESIZE_MAX_CELLS
 
 
 def interpolation_matrix(in_size: Tuple[int, int],
@@ -169,7 +174,7 @@ def resize_grid_axis(x: torch.Tensor, in_size: Tuple[int, int],
     if x.shape[-1] != h * w:
         raise ValueError(f'the last axis of x {tuple(x.shape)} must hold '
                          f'the {h}x{w} grid ({h * w} cells).')
-    if in_size == out_size:
+    if in_size == out_size and not is_exporting():
         return x
     if _resize_by_matrix(h * w):
         return x @ interpolation_matrix(in_size, out_size, mode, x.device,
@@ -178,6 +183,15 @@ def resize_grid_axis(x: torch.Tensor, in_size: Tuple[int, int],
     channels = x.shape[-2] if x.dim() > 1 else 1  # the rows as channels
     out = _interpolate(x.reshape(-1, channels, h, w), out_size, mode)
     return out.reshape(*lead, out_size[0] * out_size[1])
+
+
+def _known_true(condition) -> bool:
+    """A size condition's value where it is known without a guard: under
+    ``torch.export`` only if it follows from the symbolic sizes, under the
+    TorchScript exporter (sizes traced as tensors) at the example size."""
+    if isinstance(condition, torch.SymBool):
+        return statically_known_true(condition)
+    return bool(condition)
 
 
 @MODELS.register_module()
@@ -207,9 +221,12 @@ class ResizeUpsampler(BaseModule):
 
 
 @MODELS.register_module()
-class ResizeDWConvUpsampler(BaseModule):
+class ResizeDWConvUpsampler(FuseConvBNMixin, BaseModule):
     """Resize → depthwise ``k x k`` conv (no bias) → norm: the LeCT v1/v2
     query upsampler (report §3.3).
+
+    ``switch_to_deploy()`` folds ``norm`` into ``conv``
+    (:class:`~lect_mm.blocks.deploy.FuseConvBNMixin`).
 
     Args:
         channels (int): Number of channels ``C``.
@@ -219,6 +236,8 @@ class ResizeDWConvUpsampler(BaseModule):
         norm_cfg (dict): Norm layer config. Defaults to ``dict(type='BN')``.
         init_cfg (dict, optional): Initialization config. Defaults to None.
     """
+
+    conv_bn_pairs = (('conv', 'norm'), )
 
     def __init__(self,
                  channels: int,
@@ -331,6 +350,8 @@ class SVConvTransposeUpsampler(BaseModule):
     def forward(self, x: torch.Tensor,
                 out_size: Tuple[int, int]) -> torch.Tensor:
         """Upsample ``x`` (B, C, h'', w'') to (B, C, *out_size)."""
+        if is_exporting():
+            return self._forward_traceable(x, out_size)
         h, w = x.shape[-2:]
         k = self.scale_factor
         y = rearrange(self.reduce(x), 'b c h w -> b (c h w) 1 1')
@@ -344,14 +365,52 @@ class SVConvTransposeUpsampler(BaseModule):
         # conv keeps that layout, the one LeMSA's skip and proj use.
         y = rearrange(y, 'b (c h w) u v -> b (h u) (w v) c', h=h, w=w)
         y = rearrange(y, 'b h w c -> b c h w')
+        return self.expand(self._fit(y, (h, w), out_size))
+
+    def _fit(self, y: torch.Tensor, grid: Tuple[int, int],
+             out_size: Tuple[int, int]) -> torch.Tensor:
+        """Crop or resize the assembled ``(h''K, w''K)`` map to
+        ``out_size`` (see the class docstring)."""
         out_size = tuple(out_size)
-        full = (h * k, w * k)
-        if full != out_size:
-            if all(o <= f < o + k for o, f in zip(out_size, full)):
-                y = y[..., :out_size[0], :out_size[1]]
-            else:
-                y = resize(y, out_size, self.mode)
-        return self.expand(y)
+        full = (grid[0] * self.scale_factor, grid[1] * self.scale_factor)
+        if full == out_size:
+            return y
+        if all(o <= f < o + self.scale_factor
+               for o, f in zip(out_size, full)):
+            return y[..., :out_size[0], :out_size[1]]
+        return resize(y, out_size, self.mode)
+
+    def _forward_traceable(self, x: torch.Tensor,
+                           out_size: Tuple[int, int]) -> torch.Tensor:
+        """:meth:`forward` as an exporter traces it for any input size.
+
+        The kernels are resampled to the grid always (on ``in_size`` an
+        exact identity), and the transposed convolution, whose group count
+        would be the grid's size, is written as what it computes with
+        kernel = stride = ``K`` on ``1 x 1`` inputs: one ``K x K`` product
+        per cell, ``y * kernel + bias``. On the ceil-mode grid of
+        ``out_size`` (LeMSA's ``sr_ratio`` pooling) the map is cropped
+        without a size condition; on another grid (``pool_size``) the
+        crop-or-resize choice of :meth:`forward` is made at the traced size.
+        """
+        c, k = self.reduced_channels, self.scale_factor
+        h, w = self.in_size
+        grid = tuple(x.shape[-2:])
+        weight = rearrange(self.deconv.weight,
+                           '(c h w) 1 u v -> 1 (c u v) h w', c=c, h=h)
+        bias = rearrange(self.deconv.bias, '(c h w) -> 1 c h w', c=c, h=h)
+        weight = _interpolate(weight, grid, self.mode)[0].unflatten(
+            0, (c, k, k))  # (c, K, K, h'', w'')
+        bias = _interpolate(bias, grid, self.mode)[0]  # (c, h'', w'')
+        y = self.reduce(x)[:, :, None, None] * weight + bias[:, None, None]
+        y = rearrange(y, 'b c u v h w -> b c (h u) (w v)')
+        if all(_known_true(g == (o - 1) // k + 1)
+               for g, o in zip(grid, out_size)):
+            # index_select, not a slice: slicing would guard on the
+            # slice's end being inside the map.
+            rows, cols = (torch.arange(o, device=y.device) for o in out_size)
+            return self.expand(y.index_select(-2, rows).index_select(-1, cols))
+        return self.expand(self._fit(y, grid, out_size))
 
     def extra_repr(self) -> str:
         return (f'in_size={self.in_size}, scale_factor={self.scale_factor}, '

@@ -145,6 +145,33 @@ def test_inference(bench):
         assert 'failed' not in _table_rows(text, name)[0]
 
 
+def test_inference_deploy_speedup(bench):
+    mod = bench('inference')
+    text = '\n'.join(
+        mod.main(QUICK + ['--deploy-speedup', '--cpu-time']).parts)
+    assert '### Inference images/s, eager, deployed (batch 2, 64²' in text
+    assert 'Images/s of CPU time (process_time)' in text
+    lect, = _table_rows(text, 'LeCT')
+    resnet, = _table_rows(text, 'ResNet')
+    cells = [c.strip() for c in lect.strip('|').split('|')]
+    assert len(cells) == 7 and '–' not in cells  # LeCT folds
+    cells = [c.strip() for c in resnet.strip('|').split('|')]
+    assert cells[3:5] == ['–', '–'] and cells[5:] == ['1.00', '1.00']
+    with pytest.raises(SystemExit):
+        mod.parse_args(['--deploy-speedup', '--compile'])
+
+
+def test_export(bench):
+    pytest.importorskip('onnxruntime')
+    mod = bench('export')
+    text = '\n'.join(mod.main(QUICK).parts)
+    row, = _table_rows(text, 'LeCT')
+    cells = [c.strip() for c in row.strip('|').split('|')]
+    assert cells[1] == '57'  # LeCT v1: from 57 on, 2x2 pooled grids
+    assert cells[3] == 'ONNX TorchScript'
+    assert all(float(c) < 1e-4 for c in cells[5:]) and len(cells) == 7
+
+
 @pytest.mark.heavy
 def test_data_pipeline(bench):
     mod = bench('data_pipeline')

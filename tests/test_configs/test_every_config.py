@@ -8,10 +8,11 @@ each would repeat the same work. Instead:
   samplers, metrics and hooks, and sizes its head for its data set;
 * the leaf configs are grouped by their model (``cfg.model`` after
   inheritance, without the data preprocessor's data statistics, the head's
-  ``num_classes`` and the backbone's ``img_size``), and one leaf of each
-  group, the one with the smallest input, trains one iteration and
-  validates one batch at its input size, on tiny generated inputs (no data
-  set needed).
+  ``num_classes`` and the backbone's ``img_size`` and ``deploy``, as a
+  deploy config folds its model for inference), and one leaf of each
+  group, the one with the smallest input (a training config before a
+  deploy one), trains one iteration and validates one batch at its input
+  size, on tiny generated inputs (no data set needed).
 
 This catches "X is not in the mmpretrain::model registry", stale keys after
 inheritance and optimizer/scheduler settings that do not fit the model.
@@ -76,6 +77,7 @@ def _model_key(cfg):
     model.pop('data_preprocessor', None)
     model.get('head', {}).pop('num_classes', None)
     model.get('backbone', {}).pop('img_size', None)
+    model.get('backbone', {}).pop('deploy', None)
     return json.dumps(model, sort_keys=True, default=repr)
 
 
@@ -83,8 +85,9 @@ def _model_groups():
     groups = {}
     for name, cfg in CONFIGS.items():
         groups.setdefault(_model_key(cfg), []).append(
-            (_input_size(cfg), name))
-    return {min(members)[1]: sorted(n for _, n in members)
+            (_input_size(cfg),
+             bool(cfg.model.get('backbone', {}).get('deploy')), name))
+    return {min(members)[-1]: sorted(n for *_, n in members)
             for members in groups.values()}
 
 

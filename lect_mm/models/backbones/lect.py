@@ -18,6 +18,7 @@ from mmengine.model import BaseModule, ModuleList
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks import SVConvTransposeUpsampler
+from lect_mm.blocks.deploy import FuseConvBNMixin
 from lect_mm.blocks.utils import (accepted_args, check_norm_cfg, conv_out_size,
                                   set_defaults, to_pair)
 from lect_mm.models.utils import TRUNC_NORMAL_INIT_CFG, parse_arch
@@ -210,6 +211,11 @@ class LeCT(ZooBackbone):
             unless its config sets one. A norm that cannot normalise maps
             (or, for ``norm_cfg``, tokens) raises a ValueError naming the
             argument. Defaults to ``dict(type='BN')``.
+        deploy (bool): Build the inference structure, every conv →
+            BatchNorm pair folded (:meth:`switch_to_deploy`), to load a
+            checkpoint folded by mmpretrain's
+            ``tools/model_converters/reparameterize_model.py``. Defaults to
+            False.
         init_cfg (dict | list[dict], optional): Initialization config:
             truncated normal (std 0.02, bias 0) for Linear, 1/0 for
             LayerNorm; convolutions and BatchNorm keep PyTorch defaults.
@@ -265,6 +271,7 @@ class LeCT(ZooBackbone):
                  ffn_cfg: Union[dict, Sequence[dict]] = dict(),
                  norm_cfg: dict = dict(type='LN'),
                  conv_norm_cfg: dict = dict(type='BN'),
+                 deploy: bool = False,
                  init_cfg=TRUNC_NORMAL_INIT_CFG,
                  **kwargs):
         arch = self._parse_arch(arch)
@@ -329,6 +336,9 @@ class LeCT(ZooBackbone):
             isinstance(m, SVConvTransposeUpsampler) for m in self.modules())
         self._warned_size = False
         self._freeze_stages()
+        self.deploy = False
+        if deploy:
+            self.switch_to_deploy()
 
     @classmethod
     def _parse_arch(cls, arch: Union[str, dict]) -> dict:
@@ -405,3 +415,17 @@ class LeCT(ZooBackbone):
     def stem_and_stages(self):
         return ['stages.0.patch_embed'], [[f'stages.{i}']
                                           for i in range(self.num_stages)]
+
+    def switch_to_deploy(self):
+        """Fold every conv → BatchNorm pair for inference, as mmpretrain's
+        LeViT: LeMSA's depthwise branches (and LeMSAv2's ``conv3``), the
+        query upsamplers and LeFFN
+        (:class:`~lect_mm.blocks.deploy.FuseConvBNMixin`). Eval-mode outputs
+        are unchanged up to float rounding; the folded model is for
+        inference only."""
+        if self.deploy:
+            return
+        for module in list(self.modules()):
+            if isinstance(module, FuseConvBNMixin):
+                module.switch_to_deploy()
+        self.deploy = True

@@ -1,0 +1,7 @@
+# LeCT v3 on CIFAR-100 for inference: every conv → BatchNorm pair folded
+# (LeCT.switch_to_deploy), as mmpretrain's configs/levit/deploy. Test a
+# checkpoint converted by mmpretrain's reparameterize_model.py with it
+# (configs/lect/README.md, "Deploy").
+_base_ = '../lect_v3_cifar100.py'
+
+model = dict(backbone=dict(deploy=True))

@@ -135,7 +135,7 @@ def test_mmpretrain_imagenet_base_needs_delete_for_a_folder(tmp_path,
     with pytest.raises(ConfigError) as info:
         with explain_config_errors(cfg):
             DATASETS.build(cfg.train_dataloader.dataset)
-    assert str(info.value).startswith('train_dataloader.dataset.split, ')
+    assert str(info.value).startswith('train_dataloader.dataset.split: ')
     assert "CustomDataset has no argument 'split'" in str(info.value)
     path.write_text(IMAGENET_BASE.format(
         repo=REPO, root=folder, delete='_delete_=True, ',

@@ -120,7 +120,8 @@ def test_typo_in_the_contract_arguments_names_the_backbone():
     assert message.startswith(
         "model.backbone.frozen_stage: LeCT has no argument 'frozen_stage'. "
         "Did you mean 'frozen_stages'?")
-    assert 'conv_norm_cfg, init_cfg, num_stages, out_indices, ' in message
+    assert 'conv_norm_cfg, deploy, init_cfg, num_stages, out_indices, ' in (
+        message)
 
 
 def test_typo_two_levels_below_a_merged_block():

@@ -75,3 +75,40 @@ def test_lect_mm_base_from_outside_trains_and_tests_with_pictures(
     tta = test.main(['my_lect.py', checkpoint, '--work-dir', 'tta', '--tta'])
     assert 'accuracy/top1' in tta
     assert os.path.isdir(user / 'tta')
+
+
+MMPRETRAIN_MODEL_CONFIG = '''
+_base_ = ['mmpretrain::_base_/models/resnet18.py',
+          'lect_mm::_base_/schedules/report_60e.py',
+          'lect_mm::_base_/default_runtime.py']
+model = dict(head=dict(num_classes=10))
+data_preprocessor = dict(num_classes=10, mean=[127.5] * 3, std=[127.5] * 3)
+digits = dict(type='Digits', image_size=32, pipeline=[dict(type='PackInputs')])
+train_dataloader = dict(
+    batch_size=8, num_workers=0, dataset=dict(digits, split='train',
+                                              indices=16),
+    sampler=dict(type='SeededSampler', shuffle=True))
+val_dataloader = dict(
+    batch_size=8, num_workers=0, dataset=dict(digits, split='val', indices=8),
+    sampler=dict(type='DefaultSampler', shuffle=False))
+val_evaluator = dict(type='Accuracy', topk=(1, ))
+test_dataloader = val_dataloader
+test_evaluator = val_evaluator
+train_cfg = dict(max_epochs=1)
+'''
+
+
+@pytest.mark.heavy
+def test_mmpretrain_model_on_lect_mm_runtime(load_script, tmp_path,
+                                             monkeypatch):
+    """mmpretrain's own ResNet-18 with lect_mm's runtime base, from a folder
+    outside the checkout: the run is LectRunner's, its checkpoint carries
+    the digest."""
+    from lect_mm.engine import LectRunner, verify_checkpoint_file
+    (tmp_path / 'resnet.py').write_text(MMPRETRAIN_MODEL_CONFIG)
+    monkeypatch.chdir(tmp_path)
+    runner = load_script('tools/train.py').main(
+        ['resnet.py', '--work-dir', 'run'])
+    assert isinstance(runner, LectRunner)
+    assert type(runner.model.backbone).__name__ == 'ResNet'
+    assert verify_checkpoint_file(str(tmp_path / 'run' / 'epoch_1.pth'))

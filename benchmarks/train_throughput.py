@@ -84,6 +84,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='instead of the table, profile MODEL (a name of --models or a '
         'config) with torch.profiler and print the top ops by self time')
     parser.add_argument('--profile-steps', type=int, default=3)
+    parser.add_argument(
+        '--cpu-time', action='store_true',
+        help='on the CPU, time the CPU seconds of the process (process_time) '
+        'instead of wall time: with --threads 1 on a shared machine, other '
+        'work changes them much less')
     parser.add_argument('--top', type=int, default=25,
                         help='rows of the profiler tables (default 25)')
     args = parser.parse_args(argv)
@@ -142,7 +147,7 @@ def model_figures(config: str, args, device: torch.device) -> Dict:
     fp = footprint(config, args, device)
     model, params, step, inputs, samples = _prepare(config, args, device)
     call = functools.partial(step, inputs, samples)
-    stats = measure(call, device, args.warmup, args.iters)
+    stats = measure(call, device, args.warmup, args.iters, args.cpu_time)
     mem = peak_memory(call, device)
     del model, step, inputs, samples, call
     _release(device, args.compile)
@@ -157,6 +162,8 @@ def _footprint_figures(fp: Dict) -> Dict:
 def _settings(args) -> str:
     flags = [f'batch {args.batch_size}', f'{args.img_size}²',
              'bf16 autocast' if args.amp else 'fp32']
+    if args.cpu_time:
+        flags.append(f'CPU time of {torch.get_num_threads()} thread(s)')
     return ', '.join(flags + layout_flags(args))
 
 
@@ -274,7 +281,7 @@ def variants_table(args, device: torch.device, report: Report) -> None:
                                                cfg_options=options)
         calls.append(functools.partial(step, inputs, samples))
     stats = measure_interleaved(calls, device, args.warmup, args.iters,
-                                args.steps_per_turn)
+                                args.steps_per_turn, args.cpu_time)
     ref, ref_time = figures[0], stats[0].median
     rows = [[
         name, variant,
@@ -314,8 +321,8 @@ def compile_speedup_table(args, device: torch.device,
             _, _, step, inputs, samples = _prepare(config, args, device,
                                                    compiled=compiled)
             calls.append(functools.partial(step, inputs, samples))
-        eager, compiled = measure_interleaved(calls, device, args.warmup,
-                                              args.iters)
+        eager, compiled = measure_interleaved(
+            calls, device, args.warmup, args.iters, cpu_time=args.cpu_time)
         rows.append([name, eager.ms(), compiled.ms(),
                      f'{eager.median / compiled.median:.2f}×'])
         del calls

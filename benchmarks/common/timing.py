@@ -96,13 +96,15 @@ def _time_call(fn: Callable[[], object],
 def measure(fn: Callable[[], object],
             device: torch.device,
             warmup: int = 3,
-            repeats: int = 10) -> Stats:
+            repeats: int = 10,
+            cpu_time: bool = False) -> Stats:
     """Time ``fn()``: ``warmup`` untimed calls, then ``repeats`` timed ones.
 
     CUDA: events around each call, synchronised after each call. CPU:
-    ``perf_counter``.
+    ``perf_counter``, or ``process_time`` with ``cpu_time``.
     """
-    return measure_interleaved([fn], device, warmup, repeats)[0]
+    return measure_interleaved([fn], device, warmup, repeats,
+                               cpu_time=cpu_time)[0]
 
 
 def measure_interleaved(fns: Sequence[Callable[[], object]],

@@ -96,9 +96,9 @@ def test_train_throughput_variants(bench):
 def test_train_throughput_options(bench):
     mod = bench('train_throughput')
     report = mod.main(QUICK + ['--models', 'LeCT', '--amp',
-                               '--channels-last'])
+                               '--channels-last', '--cpu-time'])
     text = '\n'.join(report.parts)
-    assert 'bf16 autocast, channels_last' in text
+    assert 'bf16 autocast, CPU time of ' in text and ', channels_last' in text
     assert 'failed' not in _table_rows(text, 'LeCT')[0]
 
 

@@ -12,6 +12,7 @@ from .hooks import (CompileModelHook, RNGStateHook, compile_submodules,
                     get_rng_state, set_rng_state)
 from .loading import (CheckpointMismatchError, StrictPretrainedInit,
                       load_checkpoint)
+from .loops import LectEpochBasedTrainLoop
 from .optim_wrapper import DeviceAmpOptimWrapper
 from .runner import LectRunner, find_resume_checkpoint
 from .workdir import WorkDirInUseError, WorkDirLock
@@ -29,5 +30,6 @@ __all__ = [
     'atomic_write', 'load_checkpoint_file', 'load_checkpoint_verified',
     'verify_checkpoint_file', 'CheckpointMismatchError',
     'StrictPretrainedInit', 'load_checkpoint', 'LectRunner',
-    'find_resume_checkpoint', 'WorkDirInUseError', 'WorkDirLock'
+    'find_resume_checkpoint', 'WorkDirInUseError', 'WorkDirLock',
+    'LectEpochBasedTrainLoop'
 ]

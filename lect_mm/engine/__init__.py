@@ -14,6 +14,7 @@ from .loading import (CheckpointMismatchError, StrictPretrainedInit,
                       load_checkpoint)
 from .loops import LectEpochBasedTrainLoop
 from .optim_wrapper import DeviceAmpOptimWrapper
+from .preemption import PREEMPTED_EXIT_CODE, StopSignals, TrainingPreempted
 from .runner import LectRunner, find_resume_checkpoint
 from .workdir import WorkDirInUseError, WorkDirLock
 
@@ -31,5 +32,6 @@ __all__ = [
     'verify_checkpoint_file', 'CheckpointMismatchError',
     'StrictPretrainedInit', 'load_checkpoint', 'LectRunner',
     'find_resume_checkpoint', 'WorkDirInUseError', 'WorkDirLock',
-    'LectEpochBasedTrainLoop'
+    'LectEpochBasedTrainLoop', 'PREEMPTED_EXIT_CODE', 'StopSignals',
+    'TrainingPreempted'
 ]

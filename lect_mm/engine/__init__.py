@@ -17,6 +17,7 @@ from .optim_wrapper import DeviceAmpOptimWrapper
 from .preemption import PREEMPTED_EXIT_CODE, StopSignals, TrainingPreempted
 from .runner import LectRunner, find_resume_checkpoint
 from .workdir import WorkDirInUseError, WorkDirLock
+from .write_errors import DiskFullError, GuardedFileHandler
 
 __all__ = [
     'LAUNCHERS',
@@ -33,5 +34,5 @@ __all__ = [
     'StrictPretrainedInit', 'load_checkpoint', 'LectRunner',
     'find_resume_checkpoint', 'WorkDirInUseError', 'WorkDirLock',
     'LectEpochBasedTrainLoop', 'PREEMPTED_EXIT_CODE', 'StopSignals',
-    'TrainingPreempted'
+    'TrainingPreempted', 'DiskFullError', 'GuardedFileHandler'
 ]

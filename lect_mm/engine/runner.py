@@ -27,8 +27,13 @@ are put back when it returns. It reads four config keys besides the
   :class:`~lect_mm.engine.preemption.TrainingPreempted` (exit status 75);
   ``--resume`` goes on from that iteration (:mod:`~lect_mm.engine.
   preemption`).
+
+A write that fails because the disk is full (the log file, a checkpoint)
+stops the run at once with a :class:`~lect_mm.engine.write_errors.
+DiskFullError` naming the file and the last intact checkpoint.
 """
 import copy
+import logging
 import os
 import os.path as osp
 import re
@@ -51,6 +56,7 @@ from .loading import RUNNER_OPT_OUT, load_state_dict_checked, state_dict_of
 from .loops import LectEpochBasedTrainLoop
 from .preemption import DEFAULT_STOP_SIGNALS, StopSignals, TrainingPreempted
 from .workdir import WorkDirInUseError, WorkDirLock
+from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
 
 _RESUMABLE = re.compile(r'^(?:epoch|iter)_(\d+)\.pth$')
 
@@ -184,7 +190,10 @@ class LectRunner(Runner):
       :class:`~lect_mm.engine.loops.LectEpochBasedTrainLoop`: a signal
       (``stop_signals``) stops the run after the iteration in progress
       with a resumable checkpoint, and ``--resume`` from it goes on inside
-      the epoch.
+      the epoch;
+    - a full disk stops the run at the first failed write (log or
+      checkpoint) with a :class:`~lect_mm.engine.write_errors.
+      DiskFullError` naming the file and the last intact checkpoint.
     """
 
     def __init__(self, *args, **kwargs):
@@ -210,6 +219,18 @@ class LectRunner(Runner):
         self._work_dir_lock = None
         if self.cfg.get('lock_work_dir', True):
             self._work_dir_lock = _lock_work_dir(self._work_dir)
+
+    def build_logger(self, *args, **kwargs):
+        """``Runner.build_logger``; the log file is written through a
+        :class:`~lect_mm.engine.write_errors.GuardedFileHandler` (a failed
+        write raises once, instead of a report on stderr per line)."""
+        logger = super().build_logger(*args, **kwargs)
+        logger.handlers = [
+            GuardedFileHandler.replacing(handler)
+            if type(handler) is logging.FileHandler else handler
+            for handler in logger.handlers
+        ]
+        return logger
 
     def build_train_loop(self, loop):
         """``Runner.build_train_loop``; ``dict(by_epoch=True, ...)`` builds a
@@ -278,14 +299,19 @@ class LectRunner(Runner):
     def stop_if_requested(self, inner_iter: int) -> None:
         """Called by the train loop after each iteration (on every rank).
 
-        When a rank has received a stop signal, saves the checkpoint of
-        this iteration and raises
+        Raises the error of a failed log write that was swallowed on its
+        way up; when a rank has received a stop signal, saves the
+        checkpoint of this iteration and raises
         :class:`~lect_mm.engine.preemption.TrainingPreempted`.
 
         Args:
             inner_iter (int): The iterations of the current epoch done; 0
                 before an epoch (its predecessor and validation done).
         """
+        for handler in self.logger.handlers:
+            error = getattr(handler, 'error', None)
+            if isinstance(handler, GuardedFileHandler) and error is not None:
+                raise error
         stop = self._stop_signals
         if stop is None:
             return
@@ -324,11 +350,45 @@ class LectRunner(Runner):
         barrier()  # no rank leaves before rank 0 has written and logged
         raise TrainingPreempted(message, str(path), signal_name, self.iter)
 
+    def _explain_write_error(self, error: OSError) -> OSError:
+        """A full disk as a :class:`DiskFullError` naming the file, with a
+        note naming the last intact checkpoint."""
+        if not isinstance(error, DiskFullError):
+            error = DiskFullError(
+                error.filename or f'a file in {self.work_dir}', error)
+        pointer = osp.join(self.work_dir, 'last_checkpoint')
+        latest = None
+        if osp.isfile(pointer):
+            with open(pointer) as file:
+                latest = file.read().strip() or None
+        if latest is None:
+            error.add_note('The run stopped at this first failed write, '
+                           'before it had written a checkpoint.')
+            return error
+        try:
+            verify_checkpoint_file(latest)
+        except CheckpointError as problem:
+            error.add_note(f'The run stopped at this first failed write. '
+                           f'Its latest checkpoint is unusable: {problem}')
+            return error
+        error.add_note(
+            f'The run stopped at this first failed write; its last '
+            f'checkpoint, {latest}, is intact: free some space, then train '
+            'again with --resume.')
+        return error
+
     def train(self):
         self._stop_signals = None
         try:
             self._stop_signals = self._install_stop_signals()
             return super().train()
+        except OSError as error:
+            if not is_disk_full(error):
+                raise
+            explained = self._explain_write_error(error)
+            if explained is error:
+                raise
+            raise explained from error
         finally:
             if self._stop_signals is not None:
                 self._stop_signals.restore()

@@ -6,7 +6,7 @@ verified, resumes only from intact files, and owns its work directory.
 for lect_mm's models and for any other model trained with that runtime
 config. What it adds is local to its run: nothing changes for other runners
 in the process, and the signal handlers it installs while ``train()`` runs
-are put back when it returns. It reads four config keys besides the
+are put back when it returns. It reads five config keys besides the
 ``Runner``'s:
 
 - ``load_from_strict`` (default True): ``load_from``, ``--resume`` and
@@ -20,6 +20,11 @@ are put back when it returns. It reads four config keys besides the
   directory (rank 0 only; every rank raises if it is taken).
   ``tools/test.py`` turns it off: testing a checkpoint of a running
   training in the same work dir is fine.
+- ``log_dir_only`` (default False; ``tools/test.py`` sets it): the config
+  copy goes into the run's own log folder, ``<work_dir>/<timestamp>/``,
+  instead of ``<work_dir>/``, so the run writes nothing outside that folder.
+  Every run's log folder is its own: a run started in the same second as
+  another one in the same work dir gets ``<timestamp>_1`` (``_2`` ...).
 - ``stop_signals`` (default ``['SIGTERM', 'SIGUSR1']``; None or ``[]``
   turns it off): on one of these signals the training finishes the
   iteration in progress (every rank the same one), writes a resumable
@@ -42,7 +47,7 @@ from typing import List, Optional
 
 import torch
 from mmengine.dist import (barrier, broadcast_object_list, gather_object,
-                           get_dist_info)
+                           get_dist_info, master_only)
 from mmengine.model import is_model_wrapper
 from mmengine.registry import RUNNERS, DefaultScope
 from mmengine.runner import Runner
@@ -158,6 +163,28 @@ def _lock_work_dir(work_dir: str) -> Optional[WorkDirLock]:
     return lock
 
 
+def _claim_log_dir(work_dir: str, timestamp: str) -> str:
+    """Create the run's log folder, ``<work_dir>/<timestamp>``, or
+    ``<timestamp>_1``, ``_2`` ... if that one exists; rank 0 creates it,
+    every rank gets its name."""
+    rank, world_size = get_dist_info()
+    name = None
+    if rank == 0:
+        i = 0
+        while True:
+            name = timestamp if i == 0 else f'{timestamp}_{i}'
+            try:
+                os.mkdir(osp.join(work_dir, name))
+                break
+            except FileExistsError:
+                i += 1
+    if world_size > 1:
+        box = [name]
+        broadcast_object_list(box, src=0)
+        name = box[0]
+    return name
+
+
 def _local_buffers(model) -> dict:
     module = model.module if is_model_wrapper(model) else model
     return {
@@ -186,6 +213,7 @@ class LectRunner(Runner):
     - persistent data-loader workers end when ``train``/``val``/``test``
       returns;
     - its log drops mmengine's FileClient deprecation lines;
+    - its log folder is its own (``log_dir_only``: the config copy too);
     - ``train_cfg = dict(by_epoch=True, ...)`` builds a
       :class:`~lect_mm.engine.loops.LectEpochBasedTrainLoop`: a signal
       (``stop_signals``) stops the run after the iteration in progress
@@ -219,6 +247,7 @@ class LectRunner(Runner):
         self._work_dir_lock = None
         if self.cfg.get('lock_work_dir', True):
             self._work_dir_lock = _lock_work_dir(self._work_dir)
+        self._timestamp = _claim_log_dir(self._work_dir, self._timestamp)
 
     def build_logger(self, *args, **kwargs):
         """``Runner.build_logger``; the log file is written through a
@@ -231,6 +260,16 @@ class LectRunner(Runner):
             for handler in logger.handlers
         ]
         return logger
+
+    @master_only
+    def dump_config(self) -> None:
+        """Dump the config to ``work_dir``, or to the run's log folder with
+        ``log_dir_only``."""
+        if not self.cfg.get('log_dir_only', False):
+            return super().dump_config()
+        filename = osp.basename(self.cfg.filename) if self.cfg.filename \
+            else f'{self.timestamp}.py'
+        self.cfg.dump(osp.join(self.log_dir, filename))
 
     def build_train_loop(self, loop):
         """``Runner.build_train_loop``; ``dict(by_epoch=True, ...)`` builds a

@@ -377,6 +377,8 @@ class LectRunner(Runner):
             extra = dict(rank_buffers=gather_object(
                 _local_buffers(self.model), dst=0))
         path = self._checkpoint_hook().save_stop_checkpoint(self, meta, extra)
+        if stop.count > 1:  # more signals came while it stopped
+            name += f' ({stop.count} signals received)'
         if inner_iter:
             where = (f'epoch {self.epoch + 1}, iteration {inner_iter} of '
                      f'{len(loader)}')

@@ -94,6 +94,36 @@ def parse_stop_signals(value) -> List[signal.Signals]:
     return found
 
 
+class IgnoreStopSignals:
+    """A data loader's ``worker_init_fn`` that makes the worker ignore the
+    stop signals, then calls the loader's own ``worker_init_fn``.
+
+    A scheduler signals every process of a job, and torchrun every process
+    of a rank's group: loader workers get the ``SIGTERM`` too, and torch's
+    workers die of it, which fails the run ("DataLoader worker ... is
+    killed by signal: Terminated") before it can stop cleanly. A worker
+    forked while :class:`StopSignals` is installed (the ``fork`` start
+    method, default_runtime's) inherits its handlers: those signals are
+    ignored in the worker, which ends when its loader ends it (or within
+    seconds of its parent's death). Other workers are left as they are.
+    :class:`~lect_mm.engine.LectRunner` gives its loaders this function.
+
+    Args:
+        init_fn (callable, optional): The loader's ``worker_init_fn``.
+    """
+
+    def __init__(self, init_fn=None) -> None:
+        self.init_fn = init_fn
+
+    def __call__(self, worker_id: int) -> None:
+        for sig in signal.valid_signals():
+            handler = signal.getsignal(sig)
+            if isinstance(getattr(handler, '__self__', None), StopSignals):
+                signal.signal(sig, signal.SIG_IGN)
+        if self.init_fn is not None:
+            self.init_fn(worker_id)
+
+
 class StopSignals:
     """Records the stop signals a process receives while it is installed.
 

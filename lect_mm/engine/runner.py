@@ -51,6 +51,7 @@ from mmengine.dist import (barrier, broadcast_object_list, gather_object,
 from mmengine.model import is_model_wrapper
 from mmengine.registry import RUNNERS, DefaultScope
 from mmengine.runner import Runner
+from torch.utils.data import DataLoader
 
 from lect_mm._warnings import silence_known_log_messages
 from .checkpoint_hook import SafeCheckpointHook
@@ -59,7 +60,8 @@ from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
 from .errors import ConfigCheckHook
 from .loading import RUNNER_OPT_OUT, load_state_dict_checked, state_dict_of
 from .loops import LectEpochBasedTrainLoop
-from .preemption import DEFAULT_STOP_SIGNALS, StopSignals, TrainingPreempted
+from .preemption import (DEFAULT_STOP_SIGNALS, IgnoreStopSignals,
+                         StopSignals, TrainingPreempted)
 from .workdir import WorkDirInUseError, WorkDirLock
 from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
 
@@ -270,6 +272,18 @@ class LectRunner(Runner):
         filename = osp.basename(self.cfg.filename) if self.cfg.filename \
             else f'{self.timestamp}.py'
         self.cfg.dump(osp.join(self.log_dir, filename))
+
+    @staticmethod
+    def build_dataloader(dataloader, seed=None, diff_rank_seed=False):
+        """``Runner.build_dataloader``; the loader's worker processes ignore
+        the stop signals (:class:`~lect_mm.engine.preemption.
+        IgnoreStopSignals`), which would kill them."""
+        loader = Runner.build_dataloader(
+            dataloader, seed=seed, diff_rank_seed=diff_rank_seed)
+        if isinstance(loader, DataLoader) and loader.num_workers > 0 and \
+                not isinstance(loader.worker_init_fn, IgnoreStopSignals):
+            loader.worker_init_fn = IgnoreStopSignals(loader.worker_init_fn)
+        return loader
 
     def build_train_loop(self, loop):
         """``Runner.build_train_loop``; ``dict(by_epoch=True, ...)`` builds a

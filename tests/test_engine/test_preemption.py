@@ -140,13 +140,17 @@ def _signal_in_the_middle_of_stop_writes(sig):
 
 
 def _fork(body, log):
-    """Run ``body()`` in a forked child whose output goes to ``log``; its
-    exit status: 0, a ``SystemExit``'s code, or 1 on an exception."""
+    """Run ``body()`` in a forked child, the leader of a new process group
+    (so that ``os.killpg`` signals it and the loader workers it starts, as a
+    scheduler signals every process of a job), whose output goes to
+    ``log``; its exit status: 0, a ``SystemExit``'s code, or 1 on an
+    exception."""
     pid = os.fork()
     if pid != 0:
         return pid
     status = 1
     try:
+        os.setpgid(0, 0)
         out = open(log, 'w', buffering=1)
         os.dup2(out.fileno(), 1)
         os.dup2(out.fileno(), 2)
@@ -198,10 +202,11 @@ def _no_temporary_files(work_dir):
 def test_sigterm_inside_epoch_2_then_resume_is_exact(uninterrupted_run,
                                                      load_script, tmp_path):
     """tools/train.py with 2 persistent workers gets SIGTERM from this test
-    at a (seeded) random iteration inside epoch 2, and a second SIGTERM
-    while it writes its checkpoint: it writes ``iter_N.pth`` whole, leaves
-    epoch_1.pth as it was, exits with 75; ``--resume`` ends exactly as the
-    uninterrupted run (which used no workers at all)."""
+    at a (seeded) random iteration inside epoch 2, sent to its process
+    group (its loader workers get it too, as from a scheduler), and a
+    second SIGTERM while it writes its checkpoint: it writes ``iter_N.pth``
+    whole, leaves epoch_1.pth as it was, exits with 75; ``--resume`` ends
+    exactly as the uninterrupted run (which used no workers at all)."""
     work_dir = tmp_path / 'work'
     train = load_script('tools/train.py')
     config = tmp_path / 'stopped.py'
@@ -219,7 +224,7 @@ def test_sigterm_inside_epoch_2_then_resume_is_exact(uninterrupted_run,
     _wait_for_file(work_dir / 'reached', pid)
     reached = json.loads((work_dir / 'reached').read_text())
     assert reached['pid'] == pid
-    os.kill(pid, signal.SIGTERM)
+    os.killpg(pid, signal.SIGTERM)
     (work_dir / 'sent').touch()
     status = _wait(pid)
     log = (tmp_path / 'stopped.log').read_text()

@@ -382,6 +382,31 @@ def test_handlers_are_installed_only_while_training(tmp_path):
     assert (meta['epoch'], meta['iter'], meta['inner_iter']) == (1, 1, 0)
 
 
+def test_a_run_that_cannot_stop_cleanly_says_so(tmp_path, capsys):
+    """mmengine's own loop cannot resume inside an epoch: the signals keep
+    their usual effect, and the log says why."""
+    seen = []
+
+    @HOOKS.register_module(force=True)
+    class RecordTermHandlerHook(Hook):
+
+        def before_train_iter(self, runner, batch_idx, data_batch=None):
+            seen.append(signal.getsignal(signal.SIGTERM))
+
+    before = signal.getsignal(signal.SIGTERM)
+    RUNNERS.build(tiny_cfg(
+        tmp_path, 'preempt_cannot', log_level='WARNING',
+        train_dataloader=dict(dataset=dict(indices=16)),
+        val_cfg=None, val_dataloader=None, val_evaluator=None,
+        train_cfg=dict(_delete_=True, type='EpochBasedTrainLoop',
+                       max_epochs=1),
+        custom_hooks=[dict(type='RecordTermHandlerHook')])).train()
+    assert seen == [before]
+    assert ('stop_signals: SIGTERM, SIGUSR1 keep their usual effect in this '
+            'run (it ends without a checkpoint): stopping cleanly needs an '
+            'epoch-based train loop') in capsys.readouterr().out
+
+
 @pytest.mark.parametrize('value, names', [
     (None, []), ([], []), ('SIGTERM', ['SIGTERM']),
     ('TERM,usr1', ['SIGTERM', 'SIGUSR1']),

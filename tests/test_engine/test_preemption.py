@@ -461,19 +461,20 @@ def _exit_statuses(pids):
 @pytest.mark.skipif(sys.platform == 'win32', reason='needs fork, SIGTERM')
 def test_two_ranks_stop_at_the_same_iteration_and_resume_exactly(
         load_script, tmp_path):
-    """Rank 1 of a 2-process run (gloo, 1 persistent worker per rank) gets
-    SIGTERM at a random iteration inside epoch 2: both ranks stop after it
-    (rank 0 learns it from the all-reduce), rank 0 writes the checkpoint,
-    both leave with 75; ``--resume`` on 2 processes ends with the weights
-    and the logged losses of an uninterrupted 2-process run, BatchNorm
-    statistics included (each rank has its own until the epoch's end)."""
+    """Rank 1 of a 2-process run (gloo; no validation, no loader workers:
+    the 1-process test has them) gets SIGTERM at a random iteration inside
+    epoch 2: both ranks stop after it (rank 0 learns it from the
+    all-reduce), rank 0 writes the checkpoint, both leave with 75;
+    ``--resume`` on 2 processes ends with the weights and the logged losses
+    of an uninterrupted 2-process run, BatchNorm statistics included (each
+    rank has its own until the epoch's end)."""
     train = load_script('tools/train.py')
     # 64 images, 2 ranks, batch 8: 4 iterations an epoch
     base = tmp_path / 'ddp.py'
     base.write_text(
         f"_base_ = [{TINY_CONFIG!r}]\n"
-        "train_dataloader = dict(batch_size=8, num_workers=1, "
-        "persistent_workers=True)\n")
+        "train_dataloader = dict(batch_size=8)\n"
+        "val_cfg = None\nval_dataloader = None\nval_evaluator = None\n")
     stopped_config = tmp_path / 'ddp_stopped.py'
     stopped_config.write_text(
         "_base_ = ['ddp.py']\n"

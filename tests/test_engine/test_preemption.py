@@ -80,8 +80,9 @@ def uninterrupted_run(tmp_path_factory):
 @HOOKS.register_module(force=True)
 class WaitForSignalHook(Hook):
     """Before iteration ``iteration`` (``runner.iter``), on rank ``rank``:
-    write ``<work_dir>/reached`` (this pid, the SHA-256 of epoch_1.pth) and
-    wait until the test has signalled this process (``<work_dir>/sent``).
+    write ``<work_dir>/reached`` (this pid and, on rank 0, which wrote it,
+    the SHA-256 of epoch_1.pth) and wait until the test has signalled this
+    process (``<work_dir>/sent``).
     """
 
     def __init__(self, iteration, rank=0):
@@ -93,7 +94,8 @@ class WaitForSignalHook(Hook):
             return
         epoch_1 = osp.join(runner.work_dir, 'epoch_1.pth')
         with open(osp.join(runner.work_dir, 'reached.tmp'), 'w') as f:
-            json.dump(dict(pid=os.getpid(), epoch_1=_sha256(epoch_1)), f)
+            json.dump(dict(pid=os.getpid(), epoch_1=_sha256(epoch_1)
+                           if runner.rank == 0 else None), f)
         os.replace(osp.join(runner.work_dir, 'reached.tmp'),
                    osp.join(runner.work_dir, 'reached'))
         deadline = time.monotonic() + 120
@@ -450,8 +452,24 @@ def _fork_ranks(train, args, log_prefix):
     return pids
 
 
+@pytest.fixture
+def leftovers():
+    """Pids to kill at the end of the test if they still run (a rank left
+    waiting in a collective when the test fails)."""
+    pids = []
+    yield pids
+    for pid in pids:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass  # already reaped
+
+
 def _exit_statuses(pids):
-    statuses = [_wait(pid) for pid in pids]
+    # ranks that do not agree hang in a collective: fail within minutes
+    statuses = [_wait(pid, timeout=120) for pid in pids]
     return [os.WEXITSTATUS(s) if os.WIFEXITED(s) else -os.WTERMSIG(s)
             for s in statuses]
 
@@ -460,7 +478,7 @@ def _exit_statuses(pids):
 @pytest.mark.skipif(torch.cuda.is_available(), reason='tests the CPU path')
 @pytest.mark.skipif(sys.platform == 'win32', reason='needs fork, SIGTERM')
 def test_two_ranks_stop_at_the_same_iteration_and_resume_exactly(
-        load_script, tmp_path):
+        load_script, tmp_path, leftovers):
     """Rank 1 of a 2-process run (gloo; no validation, no loader workers:
     the 1-process test has them) gets SIGTERM at a random iteration inside
     epoch 2: both ranks stop after it (rank 0 learns it from the
@@ -489,6 +507,7 @@ def test_two_ranks_stop_at_the_same_iteration_and_resume_exactly(
         train, [str(stopped_config), '--work-dir', str(work),
                 '--cfg-options', 'experiment_name=ddp_stopped'],
         tmp_path / 'stopped')
+    leftovers += reference + stopped
     _wait_for_file(work / 'reached', stopped[1])
     assert json.loads((work / 'reached').read_text())['pid'] == stopped[1]
     os.kill(stopped[1], signal.SIGTERM)  # rank 1 only: rank 0 must stop too
@@ -514,6 +533,7 @@ def test_two_ranks_stop_at_the_same_iteration_and_resume_exactly(
         train, [str(base), '--work-dir', str(work), '--resume',
                 '--cfg-options', 'experiment_name=ddp_resumed'],
         tmp_path / 'resumed')
+    leftovers += resumed
     assert _exit_statuses(resumed) == [0, 0], \
         (tmp_path / 'resumed_rank0.log').read_text()[-3000:]
     assert 'the epoch goes on from iteration' in (

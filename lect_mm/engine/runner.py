@@ -60,8 +60,8 @@ from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
 from .errors import ConfigCheckHook
 from .loading import RUNNER_OPT_OUT, load_state_dict_checked, state_dict_of
 from .loops import LectEpochBasedTrainLoop
-from .preemption import (DEFAULT_STOP_SIGNALS, IgnoreStopSignals,
-                         StopSignals, TrainingPreempted)
+from .preemption import (DEFAULT_STOP_SIGNALS, IgnoreStopSignals, StopSignals,
+                         TrainingPreempted)
 from .workdir import WorkDirInUseError, WorkDirLock
 from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
 

@@ -26,8 +26,8 @@ from mmengine.registry import RUNNERS
 from mmpretrain.registry import HOOKS
 from tiny_run_utils import TINY_CONFIG, tiny_cfg, tiny_runner
 
-from lect_mm.engine import (PREEMPTED_EXIT_CODE, CheckpointError,
-                            StopSignals, TrainingPreempted, checkpoint_io,
+from lect_mm.engine import (PREEMPTED_EXIT_CODE, CheckpointError, StopSignals,
+                            TrainingPreempted, checkpoint_io,
                             find_resume_checkpoint, verify_checkpoint_file)
 from lect_mm.engine.cli import exit_launched_process
 

@@ -23,8 +23,11 @@ NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 
-PYTHONPATH="$ROOT":$PYTHONPATH \
-torchrun \
+# exec: a signal sent to this script's process (a scheduler's SIGTERM)
+# reaches torchrun, which forwards it to every rank, and torchrun's exit
+# status is the script's.
+export PYTHONPATH="$ROOT":$PYTHONPATH
+exec torchrun \
     --nnodes="$NNODES" \
     --node_rank="$NODE_RANK" \
     --master_addr="$MASTER_ADDR" \

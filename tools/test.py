@@ -22,8 +22,9 @@ def parse_args(argv=None):
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument(
         '--work-dir',
-        help='the dir to save the evaluation metrics; defaults to '
-        './work_dirs/<config name>')
+        help='the dir under which the evaluation writes its own folder, '
+        '<timestamp>/ (log, metrics, config copy), leaving what else is '
+        'there untouched; defaults to ./work_dirs/<config name>')
     parser.add_argument(
         '--out', help='dump the results (see --out-item) to this file')
     parser.add_argument(
@@ -78,8 +79,11 @@ def merge_args(cfg, args):
     cfg.launcher = args.launcher
     set_work_dir(cfg, args.work_dir, args.config)
     cfg.load_from = args.checkpoint
-    # Testing may share the work dir of a training that is running.
+    # Testing may share the work dir of a training, running or not: no
+    # lock, and everything goes into this run's own folder,
+    # <work_dir>/<timestamp>/ (the config copy too).
     cfg.lock_work_dir = False
+    cfg.log_dir_only = True
 
     if args.amp:
         cfg.test_cfg.fp16 = True

@@ -64,6 +64,11 @@ load_from_strict = True
 # resume training (weights, optimizer, schedulers, RNG) from load_from, or
 # from the latest checkpoint in the work dir if load_from is None
 resume = False
+# on one of these signals (schedulers send SIGTERM before they kill a job,
+# SLURM SIGUSR1 with --signal=USR1@SECONDS) training finishes the iteration
+# in progress, saves iter_<N>.pth and exits with status 75; --resume goes on
+# from that iteration (docs/cluster.md). None turns it off.
+stop_signals = ['SIGTERM', 'SIGUSR1']
 
 # A fixed seed makes runs repeatable; `deterministic=True` also removes the
 # nondeterminism of cuDNN at some speed cost.

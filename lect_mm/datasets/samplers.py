@@ -12,6 +12,7 @@ which process runs it, on what ran before, nor on the loader settings.
 """
 import random
 from contextlib import contextmanager
+from itertools import islice
 from typing import Iterator, Optional, Sized
 
 import numpy as np
@@ -164,7 +165,21 @@ class SeededSampler(DefaultSampler):
         super().__init__(dataset, shuffle=shuffle, seed=seed,
                          round_up=round_up)
         install_seeded_pipeline(dataset)
+        self._skip = 0
+
+    def skip(self, num_samples: int) -> None:
+        """Start the next pass over this rank's indices after its first
+        ``num_samples`` (once: the pass after it is whole again).
+
+        Used to resume inside an epoch: the loader's batches then begin
+        with the first batch not trained yet, and no skipped sample is
+        loaded. The length of the sampler does not change.
+        """
+        if num_samples < 0:
+            raise ValueError(f'num_samples must be >= 0, got {num_samples}')
+        self._skip = int(num_samples)
 
     def __iter__(self) -> Iterator[int]:
-        for index in super().__iter__():
+        skip, self._skip = self._skip, 0
+        for index in islice(super().__iter__(), skip, None):
             yield SeededIndex(index, self.seed, self.epoch)

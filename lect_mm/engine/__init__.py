@@ -12,9 +12,12 @@ from .hooks import (CompileModelHook, RNGStateHook, compile_submodules,
                     get_rng_state, set_rng_state)
 from .loading import (CheckpointMismatchError, StrictPretrainedInit,
                       load_checkpoint)
+from .loops import LectEpochBasedTrainLoop
 from .optim_wrapper import DeviceAmpOptimWrapper
+from .preemption import PREEMPTED_EXIT_CODE, StopSignals, TrainingPreempted
 from .runner import LectRunner, find_resume_checkpoint
 from .workdir import WorkDirInUseError, WorkDirLock
+from .write_errors import DiskFullError, GuardedFileHandler
 
 __all__ = [
     'LAUNCHERS',
@@ -29,5 +32,7 @@ __all__ = [
     'atomic_write', 'load_checkpoint_file', 'load_checkpoint_verified',
     'verify_checkpoint_file', 'CheckpointMismatchError',
     'StrictPretrainedInit', 'load_checkpoint', 'LectRunner',
-    'find_resume_checkpoint', 'WorkDirInUseError', 'WorkDirLock'
+    'find_resume_checkpoint', 'WorkDirInUseError', 'WorkDirLock',
+    'LectEpochBasedTrainLoop', 'PREEMPTED_EXIT_CODE', 'StopSignals',
+    'TrainingPreempted', 'DiskFullError', 'GuardedFileHandler'
 ]

@@ -1,6 +1,7 @@
 """``SafeCheckpointHook``: mmengine's ``CheckpointHook`` that never leaves a
 partial checkpoint and never deletes the last good one."""
 import os.path as osp
+from typing import Optional
 
 from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook
@@ -68,11 +69,15 @@ class SafeCheckpointHook(CheckpointHook):
       restores the message hub).
     - Temporary files of writers that were killed are removed before
       training (``.NAME.PID.tmp`` whose process is gone).
+    - :meth:`save_stop_checkpoint` writes the checkpoint of a run stopped
+      by a signal inside an epoch (``iter_{N}.pth``), outside the
+      ``max_keep_ckpts`` count; the next checkpoint replaces it.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._deferred = None
+        self._extra = None
 
     def before_train(self, runner) -> None:
         out_dir = self.out_dir if self.out_dir is not None else \
@@ -88,6 +93,8 @@ class SafeCheckpointHook(CheckpointHook):
                     'that was killed while writing it.')
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        if self._extra:
+            checkpoint.update(self._extra)
         for key, value in list(checkpoint.items()):
             checkpoint[key] = to_plain(value)
 
@@ -122,11 +129,75 @@ class SafeCheckpointHook(CheckpointHook):
                 continue
             runner.logger.info(f'Removed the outdated checkpoint {path}.')
 
+    def _kept_paths(self) -> set:
+        """The checkpoints this hook keeps (max_keep_ckpts, best)."""
+        kept = {
+            self.file_backend.join_path(self.out_dir,
+                                        self.filename_tmpl.format(step))
+            for step in getattr(self, 'keep_ckpt_ids', ())
+        }
+        kept.add(getattr(self, 'best_ckpt_path', None))
+        kept.update((getattr(self, 'best_ckpt_path_dict', None) or
+                     {}).values())
+        kept.discard(None)
+        return kept
+
+    def save_stop_checkpoint(self, runner, meta: dict,
+                             extra: Optional[dict] = None) -> str:
+        """Save a resumable checkpoint of the iteration a run stops after.
+
+        Written as every checkpoint of this hook (atomically, with its
+        digest, runtime state as plain data), with the optimizer and the
+        schedulers whatever ``save_optimizer`` says, as ``iter_{N}.pth``
+        (``N = meta['iter']``, the iterations done) in the hook's
+        ``out_dir``; ``last_checkpoint`` then names it. It is not one of the
+        ``max_keep_ckpts`` checkpoints: none of those is removed, and it is
+        removed itself once a later checkpoint is written and reads back
+        intact. Every rank calls it; rank 0 writes.
+
+        Args:
+            runner (Runner): The runner, in ``train()``.
+            meta (dict): The checkpoint's ``meta`` (``epoch`` and ``iter``
+                at least).
+            extra (dict, optional): More top-level entries of the
+                checkpoint.
+
+        Returns:
+            str: The checkpoint's path.
+        """
+        filename = f'iter_{meta["iter"]}.pth'
+        path = self.file_backend.join_path(self.out_dir, filename)
+        previous = runner.message_hub.get_info('stop_ckpt')
+        runner.message_hub.update_info('stop_ckpt', path)
+        self._extra = extra
+        try:
+            runner.save_checkpoint(
+                self.out_dir,
+                filename,
+                self.file_client_args,
+                save_optimizer=True,
+                save_param_scheduler=True,
+                meta=meta,
+                by_epoch=False,
+                backend_args=self.backend_args,
+                **self.args)
+        finally:
+            self._extra = None
+        if is_main_process():
+            atomic_write(
+                osp.join(runner.work_dir, 'last_checkpoint'),
+                str(path).encode())
+            if previous is not None and previous not in self._kept_paths():
+                self._remove_outdated(runner, [previous], [path])
+        return path
+
     def _save_checkpoint_with_step(self, runner, step, meta):
         # mmengine's method, except that the checkpoint beyond
         # max_keep_ckpts is removed after the save, and last_checkpoint is
-        # written atomically.
+        # written atomically; the checkpoint of a stop (save_stop_checkpoint)
+        # is removed after the save too.
         outdated = []
+        stop_ckpt = runner.message_hub.pop_info('stop_ckpt')
         if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids and
                                             self.keep_ckpt_ids[-1] == step):
             if len(self.keep_ckpt_ids) == self.max_keep_ckpts:
@@ -143,6 +214,9 @@ class SafeCheckpointHook(CheckpointHook):
         self.last_ckpt = self.file_backend.join_path(self.out_dir,
                                                      ckpt_filename)
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
+        if stop_ckpt is not None and stop_ckpt != self.last_ckpt and \
+                stop_ckpt not in self._kept_paths():
+            outdated.append(stop_ckpt)
         runner.save_checkpoint(
             self.out_dir,
             ckpt_filename,

@@ -5,7 +5,9 @@ Writing (:class:`AtomicLocalBackend`, mmengine file backend
 temporary file in the same directory (``.NAME.PID.tmp``), are flushed and
 ``fsync``-ed, then ``os.replace``-d onto the final name and the directory is
 ``fsync``-ed. A crash or ``kill -9`` at any moment leaves under the final
-name either the previous file or the complete new one, never part of one.
+name either the previous file or the complete new one, never part of one; a
+full disk raises :class:`~lect_mm.engine.write_errors.DiskFullError` naming
+the file, the previous one left as it was.
 
 The digest: before writing, a PyTorch checkpoint (a zip archive) gets one
 more record, ``<archive>/lect_mm_sha256``, holding the SHA-256 of the name,
@@ -45,6 +47,7 @@ from mmengine.logging import print_log
 from mmengine.runner.checkpoint import _load_checkpoint
 
 from .plain_state import from_plain
+from .write_errors import DiskFullError, is_disk_full
 
 ATOMIC_BACKEND = 'lect_atomic_local'
 """Name of :class:`AtomicLocalBackend` in mmengine's file backends."""
@@ -98,6 +101,10 @@ def atomic_write(path: str, data: bytes) -> None:
     Args:
         path (str): The final file name; its directory is created.
         data (bytes): The whole content.
+
+    Raises:
+        DiskFullError: The disk (or quota) is full; ``path`` is left as it
+            was and the temporary file is removed.
     """
     path = os.fspath(path)
     directory = osp.dirname(osp.abspath(path))
@@ -107,11 +114,13 @@ def atomic_write(path: str, data: bytes) -> None:
         with open(tmp, 'wb') as file:
             _write_synced(file, data)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         try:
             os.remove(tmp)
         except OSError:
             pass
+        if is_disk_full(error):
+            raise DiskFullError(path, error) from error
         raise
     _fsync_dir(directory)
 

@@ -114,16 +114,25 @@ def exit_launched_process(main) -> None:
     flushed. The process group is already destroyed by then, but letting the
     interpreter unwind gloo's threads and the loaders' workers occasionally
     aborts a finished rank at exit ("terminate called without an active
-    exception", SIGABRT), which turns a finished run into a failed one."""
+    exception", SIGABRT), which turns a finished run into a failed one. A
+    ``SystemExit`` with an integer status (a training stopped by a signal
+    leaves with 75) leaves the same way, with that status."""
     import logging
     import sys
-    main()
+    status = 0
+    try:
+        main()
+    except SystemExit as exit_:
+        if 'LOCAL_RANK' not in os.environ or not isinstance(
+                exit_.code, int):
+            raise
+        status = exit_.code
     if 'LOCAL_RANK' not in os.environ:
         return
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(status)
 
 
 def set_unique_experiment_name(cfg: Config) -> None:

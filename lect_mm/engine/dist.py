@@ -135,14 +135,22 @@ def distributed_context(cfg: Config):
 
     Calls :func:`setup_cpu_distributed` on entry and, after a successful
     body, :func:`teardown_distributed` (for any backend, NCCL included:
-    torch warns when a process group is left to the interpreter's exit). On
-    an exception nothing is torn down -- a barrier would wait forever for the
-    failed rank -- and the launcher stops the other ranks.
+    torch warns when a process group is left to the interpreter's exit). A
+    training stopped by a signal (``TrainingPreempted``: every rank stops at
+    the same iteration) is torn down the same way. On another exception
+    nothing is torn down -- a barrier would wait forever for the failed
+    rank -- and the launcher stops the other ranks.
 
     Args:
         cfg (Config): The full config; see :func:`setup_cpu_distributed`.
     """
+    from .preemption import TrainingPreempted
     setup_cpu_distributed(cfg)
-    yield
+    try:
+        yield
+    except TrainingPreempted:
+        if cfg.get('launcher', 'none') != 'none':
+            teardown_distributed()
+        raise
     if cfg.get('launcher', 'none') != 'none':
         teardown_distributed()

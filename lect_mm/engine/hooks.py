@@ -60,8 +60,15 @@ class RNGStateHook(Hook):
     ``before_train_iter``), so that the model's draws do not depend on the
     loader settings either.
 
+    A checkpoint written inside an epoch (``meta['inner_iter']`` > 0, the
+    iterations of epoch ``meta['epoch']`` already done: a run stopped by a
+    signal) holds the state between those iterations and the next; it is
+    restored the same way, before the first iteration the resumed epoch
+    runs.
+
     Note:
-        The guarantee holds for epoch-boundary checkpoints. The random state
+        The guarantee holds for checkpoints written between two iterations
+        (every checkpoint of ``LectRunner``). The random state
         inside persistent worker processes cannot be saved: with
         ``persistent_workers=True`` the training sampler must be
         :class:`~lect_mm.datasets.SeededSampler` (the shipped configs' one),
@@ -80,10 +87,13 @@ class RNGStateHook(Hook):
         self._state_epoch = runner.epoch + 1
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        if self._state is not None and self._state_epoch == checkpoint.get(
-                'meta', {}).get('epoch'):
+        meta = checkpoint.get('meta', {})
+        if self._state is not None and not meta.get('inner_iter') and \
+                self._state_epoch == meta.get('epoch'):
             checkpoint['rng_state'] = self._state
         else:
+            # inside an epoch (a run stopped by a signal): the state now,
+            # between two iterations
             checkpoint['rng_state'] = get_rng_state()
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:

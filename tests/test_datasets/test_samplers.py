@@ -77,6 +77,30 @@ def test_sampler_order_and_tags():
     assert (copied, copied.seed, copied.epoch) == (indices[0], 3, 2)
 
 
+def test_skip_starts_one_pass_later():
+    """Resuming inside an epoch: the next pass starts after the skipped
+    samples (same indices, same tags, same length), the one after is whole;
+    a loader built on it starts with the batch that comes next."""
+    dataset = Digits(split='val', image_size=8, indices=10, pipeline=[])
+    sampler = SeededSampler(dataset, shuffle=True, seed=3)
+    sampler.set_epoch(1)
+    whole = list(sampler)
+    sampler.skip(4)
+    assert len(sampler) == 10
+    rest = list(sampler)
+    assert rest == whole[4:]
+    assert {(i.seed, i.epoch) for i in rest} == {(3, 1)}
+    assert list(sampler) == whole
+    loader = torch.utils.data.DataLoader(dataset, batch_size=2,
+                                         sampler=sampler,
+                                         collate_fn=lambda batch: batch)
+    sampler.skip(4)
+    assert [[d['sample_idx'] for d in b] for b in loader] == [
+        whole[i:i + 2] for i in range(4, 10, 2)]
+    with pytest.raises(ValueError):
+        sampler.skip(-1)
+
+
 def test_seeded_rngs_is_a_function_of_its_key():
 
     def draws(*key):

@@ -6,6 +6,7 @@ them by path, once per session. :func:`same_outputs_and_grads` checks a
 model's gradient checkpointing. Fixtures of the data-set tests live in
 ``tests/test_datasets/conftest.py``.
 """
+import gc
 import importlib.util
 import os
 import struct
@@ -20,8 +21,10 @@ from pathlib import Path
 os.environ.setdefault('OMP_NUM_THREADS', '1')
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
-from mmengine.config import Config  # noqa: E402
+
+# torch and mmengine are imported where they are used: this file is also
+# loaded by pytest-xdist's controller, which runs no test and should start
+# its workers without first importing torch.
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,6 +67,7 @@ def lect_reference(load_script):
 def _step_with_calls(model, x):
     """One training step of ``model`` from seed 0: its outputs, the input
     gradient, the parameter gradients and how often each submodule ran."""
+    import torch
     calls = {}
     hooks = [
         m.register_forward_pre_hook(
@@ -92,6 +96,7 @@ def _same_outputs_and_grads(plain, checkpointed, x):
     gradient agree, that some submodules ran again in backward, and that
     none ran more than twice as often as without checkpointing (nothing is
     recomputed twice). Returns the submodules that ran again."""
+    import torch
     checkpointed.load_state_dict(plain.state_dict())
     outs_a, x_grad_a, grads_a, calls_a = _step_with_calls(plain, x)
     outs_b, x_grad_b, grads_b, calls_b = _step_with_calls(checkpointed, x)
@@ -127,6 +132,7 @@ def format_each_config_once():
     dumps or checkpoints it (about 0.1 s each, six times in a tiny run). The
     text depends only on the config's content, so the suite formats each
     content once (a test of the text still reads mmengine's own text)."""
+    from mmengine.config import Config
     text_of = Config.pretty_text.fget
     texts = {}
 
@@ -164,6 +170,20 @@ def write_image_folder():
     """``write_image_folder(root, classes=('cat', 'dog'), per_class=2)``:
     generated class folders of small images."""
     return _write_image_folder
+
+
+def pytest_collection_finish(session):
+    """Move what collection imported out of the garbage collector's reach.
+
+    mmengine's ``BaseDataset`` runs ``gc.collect()`` for every data set it
+    serialises; in a pytest worker that has imported the whole suite each
+    such call walks millions of objects (a few tenths of a second each, a
+    few seconds per run). ``gc.freeze()`` leaves the modules, classes and
+    constants collection created to the permanent generation; everything a
+    test creates is still collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_collection_modifyitems(items):

@@ -20,6 +20,8 @@ import json, logging, os, random, signal, sys, warnings
 
 import numpy as np
 import torch
+bare_safe_globals = sorted(
+    repr(g) for g in torch.serialization.get_safe_globals())
 import mmengine.runner
 import mmengine.runner.checkpoint as mm_checkpoint
 import mmengine.registry as mm_registry
@@ -96,7 +98,8 @@ import lect_mm  # noqa: E402,F401
 from lect_mm.engine import workdir  # noqa: E402
 after = snapshot()
 after['fork_hook_registered'] = workdir.fork_hook_registered()
-json.dump(dict(before=before, after=after), sys.stdout)
+json.dump(dict(before=before, after=after,
+               bare_safe_globals=bare_safe_globals), sys.stdout)
 '''
 
 
@@ -106,12 +109,21 @@ def _snapshots():
                          capture_output=True, text=True, env=env,
                          check=True).stdout
     result = json.loads(out)
-    return result['before'], result['after']
+    return result['before'], result['after'], result['bare_safe_globals']
 
 
 def test_import_changes_nothing_but_adds_components():
-    before, after = _snapshots()
+    before, after, bare_safe_globals = _snapshots()
     assert not after.pop('fork_hook_registered')
+    # torch's safe globals: lect_mm adds none (checked with everything else
+    # at the end). The stack it extends does, by way of torch itself: torch
+    # registers some of its own classes when torch._dynamo and
+    # torch.distributed.tensor are imported, which mmengine.runner and
+    # mmpretrain.models import, so `import lect_mm` from a bare interpreter
+    # shows exactly those and nothing of lect_mm's.
+    from_the_stack = set(before['safe_globals']) - set(bare_safe_globals)
+    assert all(g.startswith("<class 'torch.") for g in from_the_stack), \
+        from_the_stack
     # registries: every existing entry is the same object; lect_mm adds
     # its own entries and its child registries (scope 'lect_mm') only
     entries_before = before.pop('registry_entries')

@@ -147,6 +147,31 @@ def format_each_config_once():
     Config.pretty_text = property(text_of)
 
 
+def _trained_norms(module):
+    """Running statistics and affine parameters of every BatchNorm of
+    ``module`` away from their initial values, as after training, so that
+    folding them into the convolutions changes those."""
+    import torch
+    from torch.nn.modules.batchnorm import _BatchNorm
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for m in module.modules():
+            if isinstance(m, _BatchNorm):
+                n = m.num_features
+                m.running_mean.copy_(torch.rand(n, generator=g) - 0.5)
+                m.running_var.copy_(torch.rand(n, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(n, generator=g) + 0.5)
+                m.bias.copy_(torch.rand(n, generator=g) - 0.5)
+    return module
+
+
+@pytest.fixture(scope='session')
+def trained_norms():
+    """``trained_norms(module)``: ``module`` with every BatchNorm's
+    statistics and affine parameters away from their initial values."""
+    return _trained_norms
+
+
 def _write_image_folder(root, classes=('cat', 'dog'), per_class=2, seed=0):
     """Class folders of small random images under ``root``: colour PNG and
     JPEG, grey, RGBA and 16-bit PNG, of different sizes (what

@@ -23,24 +23,11 @@ REPARAMETERIZE = (Path(mmpretrain.__file__).parent / '.mim' / 'tools' /
                   'model_converters' / 'reparameterize_model.py')
 
 
-def _trained_like(model):
-    """Batch statistics and affine parameters away from their initial
-    values, as after training, so that folding them matters."""
-    g = torch.Generator().manual_seed(0)
-    for m in model.modules():
-        if isinstance(m, _BatchNorm):
-            n = m.num_features
-            m.running_mean.copy_(torch.rand(n, generator=g) - 0.5)
-            m.running_var.copy_(torch.rand(n, generator=g) + 0.5)
-            m.weight.data.copy_(torch.rand(n, generator=g) + 0.5)
-            m.bias.data.copy_(torch.rand(n, generator=g) - 0.5)
-    return model
-
-
 @pytest.mark.parametrize('arch', ['v1', 'v2', 'v3'])
-def test_deploy_keeps_eval_outputs_and_loads_into_deploy_model(arch):
+def test_deploy_keeps_eval_outputs_and_loads_into_deploy_model(arch,
+                                                               trained_norms):
     torch.manual_seed(0)
-    model = _trained_like(LeCT(arch, out_indices=(0, 1, 2))).eval()
+    model = trained_norms(LeCT(arch, out_indices=(0, 1, 2))).eval()
     x = torch.randn(2, 3, 64, 80)
     with torch.no_grad():
         expected = model(x)
@@ -69,7 +56,7 @@ def test_deploy_false_keeps_the_training_structure():
 
 
 def test_reparameterize_tool_output_loads_into_the_deploy_config(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, trained_norms):
     arch = dict(LeCT.arch_zoo['v3'], depths=[1, 1, 1])
     model_cfg = dict(
         type='ImageClassifier',
@@ -84,7 +71,7 @@ def test_reparameterize_tool_output_loads_into_the_deploy_config(
                              'model = dict(backbone=dict(deploy=True))\n')
     torch.manual_seed(0)
     classifier = mmpretrain.get_model(str(config)).eval()
-    _trained_like(classifier)
+    trained_norms(classifier)
     checkpoint = tmp_path / 'tiny.pth'
     torch.save(dict(state_dict=classifier.state_dict(), meta=dict()),
                checkpoint)

@@ -7,20 +7,6 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from lect_mm.blocks import LeFFN, LeMSA, LeMSAv2, ResizeDWConvUpsampler
 
 
-def _randomise_norms(module):
-    """Running statistics and affine parameters away from their defaults,
-    so that folding them changes the convolutions."""
-    g = torch.Generator().manual_seed(0)
-    for m in module.modules():
-        if isinstance(m, _BatchNorm):
-            n = m.num_features
-            m.running_mean.copy_(torch.rand(n, generator=g) - 0.5)
-            m.running_var.copy_(torch.rand(n, generator=g) + 0.5)
-            m.weight.data.copy_(torch.rand(n, generator=g) + 0.5)
-            m.bias.data.copy_(torch.rand(n, generator=g) - 0.5)
-    return module
-
-
 @pytest.mark.parametrize('block, pairs', [
     (LeMSA(16, 2, sr_ratio=2), 3),
     (LeMSAv2(32, 2, sr_ratio=2, h_ratio=0.5), 4),
@@ -28,8 +14,9 @@ def _randomise_norms(module):
         type='SVConvTransposeUpsampler', in_size=(3, 4))), 2),
     (LeFFN(16, 2), 3),
 ])
-def test_block_folds_its_pairs_and_keeps_eval_outputs(block, pairs):
-    block = _randomise_norms(block).eval()
+def test_block_folds_its_pairs_and_keeps_eval_outputs(block, pairs,
+                                                      trained_norms):
+    block = trained_norms(block).eval()
     x = torch.randn(2, 6 * 8, block.embed_dims)
     with torch.no_grad():
         expected = block(x, (6, 8))
@@ -45,8 +32,8 @@ def test_block_folds_its_pairs_and_keeps_eval_outputs(block, pairs):
         assert torch.equal(block(x, (6, 8)), got)
 
 
-def test_query_upsampler_folds_into_a_biased_conv():
-    up = _randomise_norms(ResizeDWConvUpsampler(8)).eval()
+def test_query_upsampler_folds_into_a_biased_conv(trained_norms):
+    up = trained_norms(ResizeDWConvUpsampler(8)).eval()
     assert up.conv.bias is None
     x = torch.randn(1, 8, 3, 3)
     expected = up(x, (6, 6))
@@ -73,8 +60,8 @@ def test_a_norm_that_cannot_fold_is_named():
         ffn.switch_to_deploy()
 
 
-def test_sync_batch_norm_folds_too():
-    ffn = _randomise_norms(LeFFN(8, 2, norm_cfg=dict(type='SyncBN'))).eval()
+def test_sync_batch_norm_folds_too(trained_norms):
+    ffn = trained_norms(LeFFN(8, 2, norm_cfg=dict(type='SyncBN'))).eval()
     x = torch.randn(1, 12, 8)
     with torch.no_grad():
         expected = ffn(x, (3, 4))

@@ -17,8 +17,8 @@ import pytest
 from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 from mmpretrain.registry import HOOKS
-from test_preemption import _fork, _wait
-from tiny_run_utils import TINY_CONFIG, tiny_cfg
+from test_preemption import _fork
+from tiny_run_utils import TINY_CONFIG, tiny_cfg, wait_for_child
 
 from lect_mm.engine import (DiskFullError, atomic_write, checkpoint_io,
                             find_resume_checkpoint, verify_checkpoint_file)
@@ -106,7 +106,7 @@ def test_disk_full_inside_epoch_2_stops_at_the_first_failed_write(
         train.main([str(config), '--work-dir', str(work_dir),
                     '--cfg-options', 'experiment_name=disk_full'])
 
-    status = _wait(_fork(child, tmp_path / 'run.log'))
+    status = wait_for_child(_fork(child, tmp_path / 'run.log'))
     output = (tmp_path / 'run.log').read_text()
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 1, output
     # one error, naming the log file the iteration's log line went to

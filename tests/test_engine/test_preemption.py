@@ -24,7 +24,8 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 from mmpretrain.registry import HOOKS
-from tiny_run_utils import TINY_CONFIG, tiny_cfg, tiny_runner
+from tiny_run_utils import (TINY_CONFIG, logged_losses, tiny_cfg, tiny_runner,
+                            wait_for_child)
 
 from lect_mm.engine import (PREEMPTED_EXIT_CODE, CheckpointError, StopSignals,
                             TrainingPreempted, checkpoint_io,
@@ -50,23 +51,6 @@ def _final_state(runner):
     }
 
 
-def _logged_losses(work_dir):
-    """{step: loss} of every training iteration logged under ``work_dir``
-    (a step logged by two runs must log the same loss)."""
-    losses = {}
-    for root, _, files in os.walk(work_dir):
-        if 'scalars.json' not in files:
-            continue
-        with open(osp.join(root, 'scalars.json')) as f:
-            for line in f:
-                record = json.loads(line)
-                if 'loss' in record:
-                    step = record['step']
-                    assert losses.setdefault(step, record['loss']) == \
-                        record['loss'], f'step {step} logged twice, unequal'
-    return losses
-
-
 @pytest.fixture(scope='module')
 def uninterrupted_run(tmp_path_factory):
     """The tiny config's 2 epochs, without workers (the stopped runs use 2
@@ -74,7 +58,7 @@ def uninterrupted_run(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp('full')
     runner = tiny_runner(work_dir, 'preempt_full')
     runner.train()
-    return _final_state(runner), _logged_losses(work_dir)
+    return _final_state(runner), logged_losses(work_dir)
 
 
 @HOOKS.register_module(force=True)
@@ -169,19 +153,6 @@ def _fork(body, log):
         os._exit(status)  # never back into pytest
 
 
-def _wait(pid, timeout=300):
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail('the child run did not finish')
-        time.sleep(0.02)
-
-
 def _wait_for_file(path, pid, timeout=300):
     deadline = time.monotonic() + timeout
     while not osp.exists(path):
@@ -228,7 +199,7 @@ def test_sigterm_inside_epoch_2_then_resume_is_exact(uninterrupted_run,
     assert reached['pid'] == pid
     os.killpg(pid, signal.SIGTERM)
     (work_dir / 'sent').touch()
-    status = _wait(pid)
+    status = wait_for_child(pid)
     log = (tmp_path / 'stopped.log').read_text()
     assert os.WIFEXITED(status), log[-3000:]
     assert os.WEXITSTATUS(status) == PREEMPTED_EXIT_CODE, log[-3000:]
@@ -258,7 +229,7 @@ def test_sigterm_inside_epoch_2_then_resume_is_exact(uninterrupted_run,
     state = _final_state(resumed)
     assert [k for k in reference if not torch.equal(reference[k],
                                                     state[k])] == []
-    losses = _logged_losses(work_dir)
+    losses = logged_losses(work_dir)
     assert sorted(losses) == list(range(1, 9))
     assert losses == reference_losses
     # epoch_2.pth replaced the stop checkpoint
@@ -284,7 +255,7 @@ def test_sigterm_at_the_end_of_an_epoch_then_resume_is_exact(
         'preempt_edge',
         custom_hooks=[dict(type='SignalSelfHook', iteration=7)]).train(),
         tmp_path / 'stopped.log')
-    status = _wait(pid)
+    status = wait_for_child(pid)
     log = (tmp_path / 'stopped.log').read_text()
     assert os.WIFEXITED(status), log[-3000:]
     assert os.WEXITSTATUS(status) == PREEMPTED_EXIT_CODE, log[-3000:]
@@ -303,7 +274,7 @@ def test_sigterm_at_the_end_of_an_epoch_then_resume_is_exact(
     state = _final_state(resumed)
     assert [k for k in reference if not torch.equal(reference[k],
                                                     state[k])] == []
-    assert _logged_losses(tmp_path) == reference_losses
+    assert logged_losses(tmp_path) == reference_losses
     assert not (tmp_path / 'iter_8.pth').exists()
 
 
@@ -322,7 +293,7 @@ def test_grace_period_running_out_during_the_write(tmp_path):
             tmp_path, 'preempt_killed', **options,
             custom_hooks=[dict(type='SignalSelfHook', iteration=2)])).train()
 
-    status = _wait(_fork(child, tmp_path / 'killed.log'))
+    status = wait_for_child(_fork(child, tmp_path / 'killed.log'))
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, \
         (tmp_path / 'killed.log').read_text()[-3000:]
     assert not (tmp_path / 'iter_3.pth').exists()
@@ -469,7 +440,7 @@ def leftovers():
 
 def _exit_statuses(pids):
     # ranks that do not agree hang in a collective: fail within minutes
-    statuses = [_wait(pid, timeout=120) for pid in pids]
+    statuses = [wait_for_child(pid, timeout=120) for pid in pids]
     return [os.WEXITSTATUS(s) if os.WIFEXITED(s) else -os.WTERMSIG(s)
             for s in statuses]
 
@@ -544,7 +515,7 @@ def test_two_ranks_stop_at_the_same_iteration_and_resume_exactly(
     ]
     assert [k for k in final[0] if not torch.equal(final[0][k],
                                                    final[1][k])] == []
-    losses = _logged_losses(work)
+    losses = logged_losses(work)
     assert sorted(losses) == list(range(1, 9))
-    assert losses == _logged_losses(full)
+    assert losses == logged_losses(full)
     assert not stop_checkpoint.exists()

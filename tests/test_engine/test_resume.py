@@ -3,7 +3,6 @@ resumed ends with exactly the weights (and logs exactly the losses) of an
 uninterrupted run (CPU, fixed seed, deterministic), whatever the loader's
 workers."""
 import importlib.util
-import json
 import os
 import os.path as osp
 import random
@@ -18,7 +17,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
-from tiny_run_utils import TINY_CONFIG, tiny_cfg, tiny_runner
+from tiny_run_utils import TINY_CONFIG, logged_losses, tiny_cfg, tiny_runner
 
 from lect_mm.engine import RNGStateHook, get_rng_state, set_rng_state
 
@@ -50,23 +49,6 @@ def _final_state(runner):
     }
 
 
-def _logged_losses(work_dir):
-    """{step: loss} of every training iteration logged under ``work_dir``
-    (all runs in it; a step logged twice must log the same loss)."""
-    losses = {}
-    for root, _, files in os.walk(work_dir):
-        if 'scalars.json' not in files:
-            continue
-        with open(osp.join(root, 'scalars.json')) as f:
-            for line in f:
-                record = json.loads(line)
-                if 'loss' in record:
-                    step = record['step']
-                    assert losses.setdefault(step, record['loss']) == \
-                        record['loss'], f'step {step} logged twice, unequal'
-    return losses
-
-
 @pytest.fixture(scope='module')
 def uninterrupted_run(tmp_path_factory):
     # num_workers=0: the killed run below uses 2 persistent workers and
@@ -74,7 +56,7 @@ def uninterrupted_run(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp('full')
     runner = tiny_runner(work_dir, 'resume_full', train_cfg=dict(max_epochs=3))
     runner.train()
-    return _final_state(runner), _logged_losses(work_dir)
+    return _final_state(runner), logged_losses(work_dir)
 
 
 @pytest.fixture(scope='module')
@@ -216,6 +198,6 @@ def test_sigkilled_run_with_persistent_workers_resumes_exactly(
     reference, reference_losses = uninterrupted_run
     assert [k for k in reference if not torch.equal(reference[k],
                                                     state[k])] == []
-    losses = _logged_losses(work_dir)
+    losses = logged_losses(work_dir)
     assert sorted(losses) == list(range(1, 13))  # 1-6 killed, 5-12 resumed
     assert losses == reference_losses

@@ -3,7 +3,6 @@ the previous best or the last intact checkpoint, and a kill -9 mid-write
 leaves no partial file under a checkpoint's name."""
 import os
 import signal
-import time
 import traceback
 
 import pytest
@@ -11,7 +10,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 from mmpretrain.registry import HOOKS
-from tiny_run_utils import tiny_cfg
+from tiny_run_utils import tiny_cfg, wait_for_child
 
 from lect_mm.engine import checkpoint_io, verify_checkpoint_file
 
@@ -119,16 +118,7 @@ def _train_in_a_child_and_kill_it(work_dir, timeout=300):
                 traceback.print_exc(file=f)
         finally:
             os._exit(1)  # never back into pytest
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail('the child run did not finish')
-        time.sleep(0.05)
+    return wait_for_child(pid, timeout)
 
 
 @pytest.mark.heavy

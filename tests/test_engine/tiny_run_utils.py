@@ -1,7 +1,13 @@
-"""Build a ``Runner`` for the tiny Digits config of the engine tests."""
+"""Build a ``Runner`` for the tiny Digits config of the engine tests and
+read what its runs logged."""
+import json
+import os
 import os.path as osp
+import signal
+import time
 
 import lect_mm  # noqa: F401
+import pytest
 from mmengine.config import Config
 from mmengine.runner import Runner
 
@@ -21,3 +27,35 @@ def tiny_cfg(work_dir, name, **options):
 
 def tiny_runner(work_dir, name, **options):
     return Runner.from_cfg(tiny_cfg(work_dir, name, **options))
+
+
+def logged_losses(work_dir):
+    """{step: loss} of every training iteration logged under ``work_dir``
+    (all runs in it; a step logged twice must log the same loss)."""
+    losses = {}
+    for root, _, files in os.walk(work_dir):
+        if 'scalars.json' not in files:
+            continue
+        with open(osp.join(root, 'scalars.json')) as f:
+            for line in f:
+                record = json.loads(line)
+                if 'loss' in record:
+                    step = record['step']
+                    assert losses.setdefault(step, record['loss']) == \
+                        record['loss'], f'step {step} logged twice, unequal'
+    return losses
+
+
+def wait_for_child(pid, timeout=300):
+    """The exit status of the forked child ``pid``; a child still running
+    after ``timeout`` seconds is killed and the test fails."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail('the child run did not finish')
+        time.sleep(0.02)

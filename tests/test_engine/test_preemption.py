@@ -24,8 +24,8 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 from mmpretrain.registry import HOOKS
-from tiny_run_utils import (TINY_CONFIG, logged_losses, tiny_cfg, tiny_runner,
-                            wait_for_child)
+from tiny_run_utils import (TINY_CONFIG, final_state, logged_losses, tiny_cfg,
+                            tiny_runner, wait_for_child)
 
 from lect_mm.engine import (PREEMPTED_EXIT_CODE, CheckpointError, StopSignals,
                             TrainingPreempted, checkpoint_io,
@@ -44,13 +44,6 @@ def _sha256(path):
         return hashlib.sha256(file.read()).hexdigest()
 
 
-def _final_state(runner):
-    return {
-        k: v.detach().clone()
-        for k, v in runner.model.state_dict().items()
-    }
-
-
 @pytest.fixture(scope='module')
 def uninterrupted_run(tmp_path_factory):
     """The tiny config's 2 epochs, without workers (the stopped runs use 2
@@ -58,7 +51,7 @@ def uninterrupted_run(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp('full')
     runner = tiny_runner(work_dir, 'preempt_full')
     runner.train()
-    return _final_state(runner), logged_losses(work_dir)
+    return final_state(runner), logged_losses(work_dir)
 
 
 @HOOKS.register_module(force=True)
@@ -226,7 +219,7 @@ def test_sigterm_inside_epoch_2_then_resume_is_exact(uninterrupted_run,
         '--cfg-options', *LOADER, 'experiment_name=preempt_resumed'])
     assert resumed.iter == 8
     reference, reference_losses = uninterrupted_run
-    state = _final_state(resumed)
+    state = final_state(resumed)
     assert [k for k in reference if not torch.equal(reference[k],
                                                     state[k])] == []
     losses = logged_losses(work_dir)
@@ -271,7 +264,7 @@ def test_sigterm_at_the_end_of_an_epoch_then_resume_is_exact(
     resumed = lect_runner('preempt_edge_resumed', resume=True)
     resumed.train()
     reference, reference_losses = uninterrupted_run
-    state = _final_state(resumed)
+    state = final_state(resumed)
     assert [k for k in reference if not torch.equal(reference[k],
                                                     state[k])] == []
     assert logged_losses(tmp_path) == reference_losses

@@ -17,7 +17,8 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
-from tiny_run_utils import TINY_CONFIG, logged_losses, tiny_cfg, tiny_runner
+from tiny_run_utils import (TINY_CONFIG, final_state, logged_losses, tiny_cfg,
+                            tiny_runner)
 
 from lect_mm.engine import RNGStateHook, get_rng_state, set_rng_state
 
@@ -42,13 +43,6 @@ class InterruptAfterEpochHook(Hook):
             raise Interrupted
 
 
-def _final_state(runner):
-    return {
-        k: v.detach().clone()
-        for k, v in runner.model.state_dict().items()
-    }
-
-
 @pytest.fixture(scope='module')
 def uninterrupted_run(tmp_path_factory):
     # num_workers=0: the killed run below uses 2 persistent workers and
@@ -56,7 +50,7 @@ def uninterrupted_run(tmp_path_factory):
     work_dir = tmp_path_factory.mktemp('full')
     runner = tiny_runner(work_dir, 'resume_full', train_cfg=dict(max_epochs=3))
     runner.train()
-    return _final_state(runner), logged_losses(work_dir)
+    return final_state(runner), logged_losses(work_dir)
 
 
 @pytest.fixture(scope='module')
@@ -84,7 +78,7 @@ def _interrupted_then_resumed(work_dir, name, rng_state_hook=True):
     resumed = runner('part2', resume=True)
     resumed.train()
     assert resumed.epoch == 3
-    return _final_state(resumed)
+    return final_state(resumed)
 
 
 @pytest.mark.heavy
@@ -194,7 +188,7 @@ def test_sigkilled_run_with_persistent_workers_resumes_exactly(
         '--cfg-options', *loader, 'experiment_name=resume_sigkill'])
     assert resumed.iter == 12
     assert resumed.train_dataloader.persistent_workers
-    state = _final_state(resumed)
+    state = final_state(resumed)
     reference, reference_losses = uninterrupted_run
     assert [k for k in reference if not torch.equal(reference[k],
                                                     state[k])] == []

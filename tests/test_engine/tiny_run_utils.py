@@ -29,6 +29,12 @@ def tiny_runner(work_dir, name, **options):
     return Runner.from_cfg(tiny_cfg(work_dir, name, **options))
 
 
+def final_state(runner):
+    """A copy of the trained model's state dict."""
+    return {k: v.detach().clone()
+            for k, v in runner.model.state_dict().items()}
+
+
 def logged_losses(work_dir):
     """{step: loss} of every training iteration logged under ``work_dir``
     (all runs in it; a step logged twice must log the same loss)."""

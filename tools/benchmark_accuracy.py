@@ -27,6 +27,12 @@ Protocols (configs in ``configs/fashion_mnist/``):
   training images, RandomCrop + flip, 8 epochs (1,256 steps of batch 64);
   fits a 2-core CPU. CCT-7/3x1 runs at its native 32x32 and is left out of
   the default set (``--models`` adds it).
+- ``cpu112``: ``*_fashion_mnist_cpu112.py``. The ``cpu`` protocol at
+  112x112 input, with LeCT's pooled grids by the report's rule (4x4, 4x4 and
+  the whole 7x7 map of stage 3); LeCT v1, ResNet, LeCT v3 and CeiT (GAP
+  head) by default, the ablation and ViT on request. The report of the
+  ``cpu`` and ``cpu112`` runs together (a table per input size, top-1
+  against input size): ``--resolution-report``.
 - ``gpu``: ``*_fashion_mnist.py``. The report's 224x224 input and
   augmentation (RandAugment) on all 60,000 training images, 5 epochs, bf16
   (``--amp``); models in the order LeCT v1, ResNet, then the rest.
@@ -98,6 +104,17 @@ PROTOCOLS = {
         'RandomCrop(padding 4) + flip, batch 64, 8 epochs of the report\'s '
         'AdamW + cosine schedule; validation on 2,000 test images per '
         'epoch, final test on all 10,000.'),
+    'cpu112': dict(
+        suffix='_fashion_mnist_cpu112.py',
+        models=['lect_v1', 'resnet', 'lect_v3', 'ceit_gap'],
+        available=['lect_v1', 'resnet', 'lect_v3', 'lect_v1_ablation',
+                   'ceit_gap', 'vit'],
+        train_args=[],
+        summary='the `cpu` protocol at 112x112 input: the first 10,000 '
+        'training images, RandomCrop(padding 4) + flip, batch 64, 8 epochs '
+        'of the report\'s AdamW + cosine schedule; LeCT\'s pooled grids '
+        '4x4, 4x4 and 7x7 (the report\'s rule); validation on 2,000 test '
+        'images per epoch, final test on all 10,000.'),
     'gpu': dict(
         suffix='_fashion_mnist.py',
         models=[m for m in MODELS if m != 'lect_v1_ablation'],
@@ -109,8 +126,17 @@ PROTOCOLS = {
 }
 
 
+def available_models(protocol: str) -> List[str]:
+    """The models with a config under ``protocol``."""
+    return PROTOCOLS[protocol].get('available', list(MODELS))
+
+
 def config_path(protocol: str, model: str) -> str:
     """The config of ``model`` under ``protocol``."""
+    if model not in available_models(protocol):
+        raise ValueError(
+            f'--models: {model} has no config under the {protocol!r} '
+            f'protocol; choose from {available_models(protocol)}')
     return osp.join(CONFIG_DIR, model + PROTOCOLS[protocol]['suffix'])
 
 
@@ -734,8 +760,9 @@ def parse_args(argv=None):
         'Fashion-MNIST and write the results report')
     parser.add_argument(
         '--protocol', choices=sorted(PROTOCOLS), required=True,
-        help='cpu: 64x64, 10k images, 8 epochs; gpu: the report\'s 224x224 '
-        'and augmentation, 60k images, 5 epochs')
+        help='cpu: 64x64, 10k images, 8 epochs; cpu112: the same at '
+        '112x112; gpu: the report\'s 224x224 and augmentation, 60k images, '
+        '5 epochs')
     parser.add_argument(
         '--models', nargs='+', choices=list(MODELS),
         help='models to run, in this order (default: the protocol\'s set)')
@@ -762,6 +789,11 @@ def parse_args(argv=None):
         '--report-only', action='store_true',
         help='run nothing; write the report of the finished runs')
     args = parser.parse_args(argv)
+    for model in args.models or ():
+        if model not in available_models(args.protocol):
+            parser.error(f'--models: {model} has no config under the '
+                         f'{args.protocol!r} protocol; choose from '
+                         f'{available_models(args.protocol)}')
     for n in args.train_images or ():
         if n < 1:
             parser.error(f'--train-images: {n} is not a positive count')

@@ -24,11 +24,61 @@ def ba(load_script):
 
 
 def test_every_model_has_a_config(ba):
-    assert sorted(ba.PROTOCOLS) == ['cpu', 'gpu']
+    assert sorted(ba.PROTOCOLS) == ['cpu', 'cpu112', 'gpu']
     for protocol in ba.PROTOCOLS:
-        for model in ba.MODELS:
+        for model in ba.available_models(protocol):
             assert osp.isfile(ba.config_path(protocol, model)), model
+        assert set(ba.PROTOCOLS[protocol]['models']) <= set(
+            ba.available_models(protocol))
         assert ba.PROTOCOLS[protocol]['models'][:2] == ['lect_v1', 'resnet']
+    assert ba.available_models('cpu') == list(ba.MODELS)
+    with pytest.raises(ValueError, match='convnext has no config under the '
+                       "'cpu112' protocol; choose from"):
+        ba.config_path('cpu112', 'convnext')
+    with pytest.raises(SystemExit):
+        ba.parse_args(['--protocol', 'cpu112', '--models', 'convnext'])
+
+
+def test_cpu112_differs_from_cpu_in_the_input_size_and_geometry(ba):
+    from mmengine.config import Config
+    for model in ba.available_models('cpu112'):
+        small = Config.fromfile(ba.config_path('cpu', model))
+        large = Config.fromfile(ba.config_path('cpu112', model))
+        assert ba.input_size(small) == 64 and ba.input_size(large) == 112
+        for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+            pipelines = [cfg[key].dataset.pop('pipeline')
+                         for cfg in (small, large)]
+            assert [[(t['type'], t.get('scale')) for t in p]
+                    for p in pipelines] == [[
+                        (t['type'], 64 if t['type'] == 'Resize' else
+                         t.get('scale')) for t in pipelines[1]
+                    ], [(t['type'], 112 if t['type'] == 'Resize' else
+                         t.get('scale')) for t in pipelines[0]]]
+        for cfg in (small, large):
+            cfg.model.backbone.pop('img_size', None)
+            cfg.model.backbone.pop('attn_cfg', None)
+            cfg.pop('train_pipeline'), cfg.pop('test_pipeline')
+        assert small.to_dict() == large.to_dict(), model
+
+
+def test_cpu112_lect_pools_to_the_reports_grids(ba):
+    from mmengine.config import Config
+    from mmpretrain.registry import MODELS as REGISTRY
+
+    from lect_mm.blocks.pooled_attention import PooledKeyAttention
+    for model in ('lect_v1', 'lect_v3', 'lect_v1_ablation'):
+        cfg = Config.fromfile(ba.config_path('cpu112', model))
+        backbone = REGISTRY.build(cfg.model.backbone)
+        grids = []
+        for m in backbone.modules():
+            if isinstance(m, PooledKeyAttention):
+                m.register_forward_pre_hook(
+                    lambda m, args: grids.append(m.pooled_grid(args[1])))
+        backbone(torch.zeros(1, 3, 112, 112))
+        # the report's 4x4 grids in stages 1-2, stage 3's whole 7x7 map
+        assert sorted(set(map(tuple, grids))) == [(4, 4), (7, 7)], model
+        assert [tuple(g) for g in grids[:1]] == [(4, 4)]
+        assert tuple(grids[-1]) == (7, 7)
 
 
 def test_ablation_config_differs_in_the_attention_only(ba):

@@ -751,6 +751,167 @@ def write_report(protocol: str, results: List[dict], base_images: int,
     text = '\n'.join(lines)
     with open(osp.join(out_dir, stem + '.md'), 'w') as f:
         f.write(text)
+    write_runs(results, osp.join(out_dir, stem + '_runs.json'))
+    return text
+
+
+#: What ``<stem>_runs.json`` keeps of each run: enough to compare protocols
+#: (``--resolution-report``) without the work dirs.
+RUN_FIELDS = ('model', 'seed', 'train_images', 'top1', 'top5', 'resolution',
+              'params', 'flops', 'train_seconds', 'train_cpu_seconds',
+              'commit')
+
+
+def write_runs(results: List[dict], path: str) -> None:
+    """The finished runs' figures, one object per run, sorted."""
+    runs = sorted(({k: r[k] for k in RUN_FIELDS if k in r} for r in results),
+                  key=lambda r: (r['model'], r['train_images'], r['seed']))
+    with open(path, 'w') as f:
+        json.dump(runs, f, indent=1)
+        f.write('\n')
+
+
+# ------------------------------------------------------ input size report
+def resolution_rows(runs_by_size: Dict[int, List[dict]]) -> List[dict]:
+    """For each pair the report ranks, among the models run at every size:
+    the margin (difference of means) at each size and whether the margin
+    changes beyond the seeds' spread between the smallest and the largest
+    size: ``|margin_large - margin_small|`` exceeds the four standard
+    deviations added (the two margins' mean ± (SD + SD) intervals do not
+    overlap)."""
+    sizes = sorted(runs_by_size)
+    pairs_at = {}
+    for size in sizes:
+        base = max(r['train_images'] for r in runs_by_size[size])
+        by_model = _group([r for r in runs_by_size[size]
+                           if r['train_images'] == base], lambda r: r['model'])
+        pairs_at[size] = {(p['a'], p['b']): p for p in compare_pairs(
+            {m: by_model[m] for m in MODELS if m in by_model})}
+    common = [k for k in pairs_at[sizes[0]]
+              if all(k in pairs_at[s] for s in sizes)]
+    rows = []
+    for key in common:
+        small, large = pairs_at[sizes[0]][key], pairs_at[sizes[-1]][key]
+        change = large['diff'] - small['diff']
+        if small['spread'] is None or large['spread'] is None:
+            spread, verdict = None, 'one seed: cannot tell'
+        else:
+            spread = small['spread'] + large['spread']
+            verdict = ('no: within the spread' if abs(change) <= spread else
+                       'yes, it grows' if change > 0 else 'yes, it shrinks')
+        rows.append(dict(a=key[0], b=key[1],
+                         margins={s: pairs_at[s][key]['diff'] for s in sizes},
+                         change=change, spread=spread, verdict=verdict))
+    return rows
+
+
+def plot_resolution(runs_by_size: Dict[int, List[dict]], out_png: str,
+                    title: str) -> None:
+    """Top-1 (mean ± SD over seeds) of each model against input size."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(6.4, 4.4), dpi=100)
+    ax = fig.subplots()
+    sizes = sorted(runs_by_size)
+    for i, model in enumerate(MODELS):
+        points = []
+        for size in sizes:
+            top1 = [r['top1'] for r in runs_by_size[size]
+                    if r['model'] == model]
+            if top1:
+                points.append((size, *mean_sd(top1)))
+        if len(points) < 2:
+            continue
+        ax.errorbar([p[0] for p in points], [p[1] for p in points],
+                    yerr=[p[2] or 0.0 for p in points], marker='o',
+                    capsize=3, color=f'C{i % 10}', label=MODELS[model])
+    ax.set_xticks(sizes)
+    ax.set_xlabel('input size (pixels per side)')
+    ax.set_ylabel('test top-1 (%), mean ± SD over seeds')
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png)
+
+
+def write_resolution_report(out_dir: str,
+                            protocols: Sequence[str] = ('cpu', 'cpu112')
+                            ) -> str:
+    """``fashion_mnist_resolution.md`` and ``.png`` from the protocols'
+    ``fashion_mnist_<protocol>_runs.json`` in ``out_dir``: top-1 per input
+    size, the plot, and the report's ranked pairs at each size."""
+    runs_by_size: Dict[int, List[dict]] = {}
+    pages = {}
+    for protocol in protocols:
+        path = osp.join(out_dir, f'fashion_mnist_{protocol}_runs.json')
+        if not osp.isfile(path):
+            raise SystemExit(f'--resolution-report: {path} is missing; '
+                             f'write it with --protocol {protocol} '
+                             '--report-only')
+        with open(path) as f:
+            runs = json.load(f)
+        base = max(r['train_images'] for r in runs)
+        runs = [r for r in runs if r['train_images'] == base]
+        size = {r['resolution'] for r in runs}
+        if len(size) != 1:
+            raise SystemExit(f'{path}: runs at several input sizes {size}')
+        runs_by_size[size.pop()] = runs
+        pages[protocol] = f'fashion_mnist_{protocol}.md'
+    sizes = sorted(runs_by_size)
+    models = [m for m in MODELS
+              if all(any(r['model'] == m for r in runs_by_size[s])
+                     for s in sizes)]
+    png = 'fashion_mnist_resolution.png'
+    plot_resolution({s: [r for r in runs_by_size[s] if r['model'] in models]
+                     for s in sizes}, osp.join(out_dir, png),
+                    'Fashion-MNIST: top-1 against input size')
+    head = ' | '.join(f'{s}×{s}: top-1, mean ± SD (seeds)' for s in sizes)
+    lines = [
+        '# Fashion-MNIST: accuracy against input size',
+        '',
+        'The same runs at each input size (10,000 training images, 1,256 '
+        'steps, three seeds); one protocol page per size: ' + ', '.join(
+            f'[{p}]({page})' for p, page in pages.items()) + '. Written by '
+        '`python tools/benchmark_accuracy.py --resolution-report` from '
+        'the pages\' `*_runs.json`.',
+        '',
+        f'| model | {head} | change |',
+        '|---|' + '---:|' * (len(sizes) + 1),
+    ]
+    for model in models:
+        stats = [[r['top1'] for r in runs_by_size[s] if r['model'] == model]
+                 for s in sizes]
+        change = statistics.fmean(stats[-1]) - statistics.fmean(stats[0])
+        lines.append(f'| {MODELS[model]} | ' + ' | '.join(
+            f'{fmt_mean_sd(t)} ({len(t)})' for t in stats) +
+            f' | {change:+.2f} |')
+    rows = resolution_rows({s: [r for r in runs_by_size[s]
+                                if r['model'] in models] for s in sizes})
+    lines += [
+        '',
+        f'![top-1 against input size]({png})',
+        '',
+        '## The pairs the LeCT report ranks, at each size',
+        '',
+        'Margin: the difference of the two models\' mean top-1. The margin '
+        f'changes beyond the spread from {sizes[0]} to {sizes[-1]} when the '
+        'change is larger than the four standard deviations added (the two '
+        'margins\' mean ± (SD + SD) intervals do not overlap).',
+        '',
+        '| the report ranks | ' + ' | '.join(
+            f'margin at {s}' for s in sizes) +
+        ' | change | spread (4 SDs) | change beyond the spread? |',
+        '|---|' + '---:|' * (len(sizes) + 2) + '---|',
+    ]
+    for r in rows:
+        spread = '—' if r['spread'] is None else f'{r["spread"]:.2f}'
+        lines.append(
+            f'| {MODELS[r["a"]]} > {MODELS[r["b"]]} | ' + ' | '.join(
+                f'{r["margins"][s]:+.2f}' for s in sizes) +
+            f' | {r["change"]:+.2f} | {spread} | {r["verdict"]} |')
+    text = '\n'.join(lines) + '\n'
+    with open(osp.join(out_dir, 'fashion_mnist_resolution.md'), 'w') as f:
+        f.write(text)
     return text
 
 
@@ -759,7 +920,7 @@ def parse_args(argv=None):
         description='Train and test the report\'s model set on '
         'Fashion-MNIST and write the results report')
     parser.add_argument(
-        '--protocol', choices=sorted(PROTOCOLS), required=True,
+        '--protocol', choices=sorted(PROTOCOLS),
         help='cpu: 64x64, 10k images, 8 epochs; cpu112: the same at '
         '112x112; gpu: the report\'s 224x224 and augmentation, 60k images, '
         '5 epochs')
@@ -788,7 +949,14 @@ def parse_args(argv=None):
     parser.add_argument(
         '--report-only', action='store_true',
         help='run nothing; write the report of the finished runs')
+    parser.add_argument(
+        '--resolution-report', action='store_true',
+        help='run nothing; write fashion_mnist_resolution.md (top-1 against '
+        'input size) from the cpu and cpu112 pages\' *_runs.json in '
+        '--out-dir')
     args = parser.parse_args(argv)
+    if args.protocol is None and not args.resolution_report:
+        parser.error('--protocol is required (or --resolution-report)')
     for model in args.models or ():
         if model not in available_models(args.protocol):
             parser.error(f'--models: {model} has no config under the '
@@ -816,6 +984,9 @@ def record_command(work_root: str, command: str) -> List[str]:
 
 def main(argv=None) -> Dict[str, dict]:
     args = parse_args(argv)
+    if args.resolution_report:
+        print(write_resolution_report(args.out_dir))
+        return {}
     models = args.models or PROTOCOLS[args.protocol]['models']
     work_root = osp.abspath(
         args.work_dir

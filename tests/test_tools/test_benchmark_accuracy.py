@@ -340,3 +340,73 @@ def test_seeds_and_sizes_train_for_real(ba, load_script, tmp_path,
     assert '| 16 images (4 epochs, 4 steps) | 32 images (2 epochs, 4 steps)' \
         in text
     assert '| ResNet | ' in text and 'fashion_mnist_cpu_cost.png' in text
+
+
+@pytest.mark.heavy
+def test_cpu112_trains_lect_at_112_for_real(ba, load_script, tmp_path,
+                                            monkeypatch):
+    root = str(tmp_path / 'fm')
+    os.makedirs(root)
+    _write_tiny_fashion_mnist(root, train=16, test=8)
+    options = [
+        f'{split}_dataloader.{key}'
+        for split in ('train', 'val', 'test')
+        for key in ('dataset.data_root=' + root, 'num_workers=0',
+                    'persistent_workers=False')
+    ] + ['train_dataloader.dataset.indices=16',
+         'train_dataloader.batch_size=16', 'val_dataloader.dataset.indices=8',
+         'train_cfg.max_epochs=1']
+    tools = {t: load_script(t) for t in ('tools/train.py', 'tools/test.py')}
+
+    def in_process(cmd, log_path):
+        tools[cmd[1]].main(cmd[2:])
+        return 1.0
+
+    monkeypatch.setattr(ba, '_run', in_process)
+    monkeypatch.setattr(ba, 'plot', lambda results, root, png: '| table |')
+    out = tmp_path / 'out'
+    results = ba.main(['--protocol', 'cpu112', '--models', 'lect_v1',
+                       '--work-dir', str(tmp_path / 'wd'), '--out-dir',
+                       str(out), '--cfg-options', *options])
+    result = results['lect_v1/n16_seed0']
+    assert result['resolution'] == 112 and result['steps'] == 1
+    assert result['config'] == 'configs/fashion_mnist/' \
+        'lect_v1_fashion_mnist_cpu112.py'
+    # the same parameters as at 64x64, 3.07x the FLOPs (quadratic in the side
+    # but for the pooled grids, fixed at 4x4, 4x4, 7x7)
+    assert result['params'] == 1_151_562
+    assert 3.0 < result['flops'] / 53_043_072 < 3.2
+    runs = json.loads((out / 'fashion_mnist_cpu112_runs.json').read_text())
+    assert [(r['model'], r['resolution'], r['top1']) for r in runs] == [
+        ('lect_v1', 112, result['top1'])]
+
+
+def _write_runs(path, size, top1s):
+    runs = [dict(model=m, seed=s, train_images=10_000, top1=t,
+                 resolution=size) for m, ts in top1s.items()
+            for s, t in enumerate(ts)]
+    path.write_text(json.dumps(runs))
+
+
+def test_resolution_report_compares_margins_across_sizes(ba, tmp_path):
+    with pytest.raises(SystemExit, match='fashion_mnist_cpu_runs.json is '
+                       'missing; write it with --protocol cpu --report-only'):
+        ba.main(['--resolution-report', '--out-dir', str(tmp_path)])
+    _write_runs(tmp_path / 'fashion_mnist_cpu_runs.json', 64, {
+        'lect_v1': [88.0, 88.2, 88.4], 'lect_v3': [88.0, 88.1, 88.2],
+        'resnet': [87.0, 87.1, 87.2], 'vit': [72.0, 72.1, 72.2]})
+    _write_runs(tmp_path / 'fashion_mnist_cpu112_runs.json', 112, {
+        'lect_v1': [90.0, 90.2, 90.4], 'lect_v3': [88.3, 88.4, 88.5],
+        'resnet': [87.0, 87.1, 87.2]})
+    ba.main(['--resolution-report', '--out-dir', str(tmp_path)])
+    text = (tmp_path / 'fashion_mnist_resolution.md').read_text()
+    assert ('| LeCT (v1) | 88.20 ± 0.20 (3) | 90.20 ± 0.20 (3) | +2.00 |'
+            in text)
+    assert 'ViT' not in text  # not run at 112
+    # v1's margin over ResNet grows by 2.00, beyond 0.2 + 0.1 + 0.2 + 0.1;
+    # v3's by 0.30, within 0.1 + 0.1 + 0.1 + 0.1
+    assert ('| LeCT (v1) > ResNet | +1.10 | +3.10 | +2.00 | 0.60 | yes, it '
+            'grows |') in text
+    assert ('| LeCT v3 > ResNet | +1.00 | +1.30 | +0.30 | 0.40 | no: within '
+            'the spread |') in text
+    assert (tmp_path / 'fashion_mnist_resolution.png').stat().st_size

@@ -12,6 +12,10 @@ undecodable file stops the run with an :class:`ImageFileError` naming its
 path and what is wrong with it, from the main process or any worker. With
 ``scan_images=True`` every image is loaded once when the data set is built,
 and all the bad files are named together, before the first iteration.
+``metainfo=dict(classes=[...])`` naming the class folders in another order
+labels each folder by its place in that list (e.g. the order a checkpoint
+was trained with), where ``CustomDataset`` would keep the sorted order and
+only rename the classes.
 """
 import os
 import os.path as osp
@@ -21,7 +25,9 @@ from typing import List, Optional
 import mmengine.dist as dist
 from mmcv.transforms import LoadImageFromFile
 from mmengine.dataset import Compose
+from mmengine.logging import MMLogger
 from mmpretrain.datasets import CustomDataset
+from mmpretrain.datasets.custom import find_folders, get_samples
 from mmpretrain.registry import DATASETS
 
 __all__ = ['CheckedCustomDataset', 'ImageFileError', 'image_file_problem']
@@ -107,7 +113,7 @@ class CheckedCustomDataset(CustomDataset):
 
     The same samples, labels and classes as
     :class:`mmpretrain.datasets.CustomDataset` (class folders under
-    ``data_root/data_prefix``, or an ``ann_file``). Two additions:
+    ``data_root/data_prefix``, or an ``ann_file``). Three additions:
 
     - When the pipeline fails on a sample, its file is loaded again with the
       pipeline's ``LoadImageFromFile``; if that fails too, an
@@ -121,6 +127,11 @@ class CheckedCustomDataset(CustomDataset):
       :class:`ImageFileError` naming every file that fails, before anything
       is trained. It decodes the whole data set, so it is off by default:
       then a bad file stops the run when a loader first reaches it.
+    - ``metainfo=dict(classes=[...])`` that lists the class folders' names
+      (all of them, in any order) labels each folder by its place in that
+      list: ``CustomDataset`` numbers the folders in sorted order whatever
+      the list says, so a list in another order named every label wrongly.
+      A list of other names renames the sorted folders, as there.
 
     Args:
         scan_images (bool): Load every image when the data set is built.
@@ -140,6 +151,29 @@ class CheckedCustomDataset(CustomDataset):
         self.scan_images = scan_images
         self.scan_threads = scan_threads
         super().__init__(*args, **kwargs)
+
+    def _find_samples(self):
+        classes = self.CLASSES
+        if self.with_label and classes is not None:
+            folders, _ = find_folders(self.img_prefix)
+            if sorted(folders) == sorted(classes) and \
+                    list(folders) != list(classes):
+                self.folder_to_idx = {c: i for i, c in enumerate(classes)}
+                samples, empty = get_samples(
+                    self.img_prefix, self.folder_to_idx,
+                    is_valid_file=self.is_valid_file)
+                if not samples:
+                    raise RuntimeError(
+                        f'Found 0 files in subfolders of: {self.data_prefix}'
+                        f'. Supported extensions are: '
+                        f'{",".join(self.extensions)}')
+                if empty:
+                    MMLogger.get_current_instance().warning(
+                        'Found no valid file in the folder '
+                        f'{", ".join(sorted(empty))}. Supported extensions '
+                        f'are: {", ".join(self.extensions)}')
+                return samples
+        return super()._find_samples()
 
     def full_init(self):
         if self._fully_initialized:

@@ -1,3 +1,4 @@
+from .checkpoint_checks import CheckpointCheckHook
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
                             atomic_write, load_checkpoint_file,
@@ -27,7 +28,7 @@ __all__ = [
     'explain_config_error', 'explain_config_errors', 'merge_cfg_options',
     'CompileModelHook', 'RNGStateHook', 'compile_submodules',
     'get_rng_state', 'set_rng_state',
-    'DeviceAmpOptimWrapper',
+    'DeviceAmpOptimWrapper', 'CheckpointCheckHook',
     'SafeCheckpointHook', 'CheckpointError', 'CheckpointNotFoundError',
     'atomic_write', 'load_checkpoint_file', 'load_checkpoint_verified',
     'verify_checkpoint_file', 'CheckpointMismatchError',

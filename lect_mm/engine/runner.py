@@ -6,7 +6,7 @@ verified, resumes only from intact files, and owns its work directory.
 for lect_mm's models and for any other model trained with that runtime
 config. What it adds is local to its run: nothing changes for other runners
 in the process, and the signal handlers it installs while ``train()`` runs
-are put back when it returns. It reads five config keys besides the
+are put back when it returns. It reads six config keys besides the
 ``Runner``'s:
 
 - ``load_from_strict`` (default True): ``load_from``, ``--resume`` and
@@ -33,6 +33,14 @@ are put back when it returns. It reads five config keys besides the
   ``--resume`` goes on from that iteration (:mod:`~lect_mm.engine.
   preemption`).
 
+- ``resume_schedule`` (default ``'config'``): what ``--resume`` does when
+  the config's parameter schedule differs from the checkpoint's (e.g.
+  ``--cfg-options train_cfg.max_epochs=N``): go on with the config's, from
+  where a run with it would be, or (``'checkpoint'``) with the
+  checkpoint's; either way a warning lists the differences
+  (:class:`~lect_mm.engine.CheckpointCheckHook`, which also stops testing
+  a checkpoint on data whose classes differ from those it was trained on).
+
 A write that fails because the disk is full (the log file, a checkpoint)
 stops the run at once with a :class:`~lect_mm.engine.write_errors.
 DiskFullError` naming the file and the last intact checkpoint.
@@ -54,6 +62,7 @@ from mmengine.runner import Runner
 from torch.utils.data import DataLoader
 
 from lect_mm._warnings import silence_known_log_messages
+from .checkpoint_checks import CheckpointCheckHook
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
                             load_checkpoint_verified, verify_checkpoint_file)
@@ -205,7 +214,9 @@ class LectRunner(Runner):
       ...)`` is :class:`~lect_mm.engine.StrictPretrainedInit`
       (``strict=False`` in it loads what fits);
     - the head, classes and data are checked before the first iteration
-      (:class:`~lect_mm.engine.ConfigCheckHook`);
+      (:class:`~lect_mm.engine.ConfigCheckHook`), a loaded checkpoint's
+      classes and, on resume, its schedule against the config's
+      (:class:`~lect_mm.engine.CheckpointCheckHook`, ``resume_schedule``);
     - ``--resume`` without a path says when there is nothing to resume
       (a warning naming the work dir; training starts from scratch) and
       does not resume from a damaged checkpoint (``resume_intact``);
@@ -235,8 +246,9 @@ class LectRunner(Runner):
             self.release_work_dir()
             raise
         silence_known_log_messages(self.logger)
-        if not any(isinstance(h, ConfigCheckHook) for h in self.hooks):
-            self.register_hook(ConfigCheckHook())
+        for hook_type in (ConfigCheckHook, CheckpointCheckHook):
+            if not any(isinstance(h, hook_type) for h in self.hooks):
+                self.register_hook(hook_type())
 
     def _init_model_weights(self) -> None:
         with DefaultScope.overwrite_default_scope('lect_mm'):
@@ -555,6 +567,8 @@ class LectRunner(Runner):
         the config's ``load_from_strict`` (default True)."""
         if strict is None:
             strict = bool(self.cfg.get('load_from_strict', True))
+        # for hooks' messages (CheckpointCheckHook)
+        self.checkpoint_file = filename
         checkpoint = load_checkpoint_verified(filename, map_location)
         if not isinstance(checkpoint, dict):
             raise CheckpointError(

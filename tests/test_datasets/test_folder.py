@@ -172,3 +172,25 @@ def test_mmpretrain_verify_dataset_lists_bad_files_of_the_folder_base(
     spec.loader.exec_module(module)
     module.main()
     assert out.read_text().split() == [bad]
+
+
+def test_classes_in_another_order_label_the_folders_by_it(folder):
+    """metainfo classes naming the folders in another order: each folder is
+    labelled by its place in the list (CustomDataset keeps the sorted order,
+    so every name would be wrong); other names only rename, as there."""
+    ours = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE,
+                                metainfo=dict(classes=['dog', 'cat']), **FAST)
+    theirs = CustomDataset(data_root=folder, pipeline=PIPELINE,
+                           metainfo=dict(classes=['dog', 'cat']), **FAST)
+    assert ours.CLASSES == theirs.CLASSES == ['dog', 'cat']
+
+    def labels(dataset):
+        return {(osp.basename(osp.dirname(info['img_path'])),
+                 info['gt_label']) for info in dataset.data_list}
+
+    assert labels(ours) == {('dog', 0), ('cat', 1)}
+    assert labels(theirs) == {('cat', 0), ('dog', 1)}
+    renamed = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE,
+                                   metainfo=dict(classes=['Cat', 'Dog']),
+                                   **FAST)
+    assert labels(renamed) == {('cat', 0), ('dog', 1)}

@@ -7,6 +7,8 @@
 # (classes = the sorted folder names, label = the folder's index) that names
 # a missing, empty or undecodable image with its path; scan_images=True loads
 # every image when the data set is built and names all bad files at once.
+# metainfo=dict(classes=[...]) naming the folders in another order (e.g. a
+# checkpoint's) labels each folder by its place in that list.
 # Images of any size and mode (grey, RGBA, 16-bit are read as 8-bit BGR);
 # the ImageNet pipeline at 224: random resized crop + flip for training,
 # shorter side to 256 + centre crop for validation. A leaf config sets

@@ -1,12 +1,13 @@
 import os
 import os.path as osp
 import shutil
+import warnings
 
-from setuptools import find_packages, setup
+from setuptools import Command, find_packages, setup
 from setuptools.command.build_py import build_py
 
 HERE = osp.dirname(osp.abspath(__file__))
-#: Copied into the installed package as ``lect_mm/.mim/``.
+#: Copied into a wheel's ``lect_mm/.mim/``, linked there by ``pip install -e``.
 MIM_FILES = ('configs', 'tools', 'model-index.yml')
 
 
@@ -22,35 +23,91 @@ def version():
     return scope['__version__']
 
 
-class BuildPyWithMim(build_py):
-    """``build_py`` that also ships the configs, tools and model index.
+def _remove(path):
+    if osp.islink(path) or osp.isfile(path):
+        os.remove(path)
+    elif osp.isdir(path):
+        shutil.rmtree(path)  # removes links inside, never follows them
 
-    They are copied into ``lect_mm/.mim/`` of the build, as mmpretrain's
-    ``add_mim_extension`` puts them into ``mmpretrain/.mim/``, so that a
-    wheel finds its configs by name (``lect_mm.model_index``) and
-    ``mim train lect_mm <config>`` finds both. Here the copy goes to the
-    build folder only, never into the source tree, whose ``lect_mm/.mim`` is
-    a link to the checkout itself (what an editable install reads, also for
-    mmengine's ``lect_mm::`` config prefix).
+
+def _copy(src, dst):
+    if osp.isdir(src):
+        shutil.copytree(
+            src, dst, ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
+    else:
+        shutil.copyfile(src, dst)
+
+
+def copy_mim(target):
+    """Copy the configs, tools and model index into ``target``."""
+    _remove(target)
+    os.makedirs(target)
+    for name in MIM_FILES:
+        _copy(osp.join(HERE, name), osp.join(target, name))
+
+
+def link_mim(target=osp.join(HERE, 'lect_mm', '.mim')):
+    """Link ``target`` (the checkout's ``lect_mm/.mim``) to the configs.
+
+    ``lect_mm/.mim/configs``, ``tools`` and ``model-index.yml`` become
+    relative links to the checkout's own, as mmpretrain's
+    ``add_mim_extension`` does for ``pip install -e .``: mmengine's
+    ``lect_mm::`` prefix reads ``<package>/.mim/configs``. The folder is
+    git-ignored and holds no link to an ancestor, so copying or walking the
+    checkout terminates. Where links cannot be made (Windows without the
+    privilege), the files are copied instead, with a warning: an edited
+    config then needs the command again.
+    """
+    _remove(target)  # also a link or text file left by an older checkout
+    os.makedirs(target)
+    for name in MIM_FILES:
+        src = osp.join(HERE, name)
+        dst = osp.join(target, name)
+        try:
+            os.symlink(
+                osp.relpath(src, target), dst,
+                target_is_directory=osp.isdir(src))
+        except OSError as e:
+            warnings.warn(f'cannot link {dst} to {src} ({e}); copying it: '
+                          'run `pip install -e .` again after editing it')
+            _copy(src, dst)
+
+
+class BuildPyWithMim(build_py):
+    """``build_py`` that also provides ``lect_mm/.mim``.
+
+    A wheel (``pip install .``) gets a copy of the configs, tools and model
+    index in ``lect_mm/.mim/`` of the build folder, as mmpretrain ships
+    ``mmpretrain/.mim/``, so that it finds its configs by name
+    (``lect_mm.model_index``), through the ``lect_mm::`` prefix and through
+    ``mim train lect_mm <config>``. An editable install (``pip install -e
+    .``) reads the checkout in place: ``lect_mm/.mim`` of the checkout gets
+    links to its files (:func:`link_mim`).
     """
 
     def run(self):
         super().run()
         if getattr(self, 'editable_mode', False):
-            return
-        target = osp.join(self.build_lib, 'lect_mm', '.mim')
-        if osp.exists(target):
-            shutil.rmtree(target)
-        os.makedirs(target)
-        for name in MIM_FILES:
-            src = osp.join(HERE, name)
-            if osp.isdir(src):
-                shutil.copytree(
-                    src,
-                    osp.join(target, name),
-                    ignore=shutil.ignore_patterns('__pycache__', '*.pyc'))
-            else:
-                shutil.copyfile(src, osp.join(target, name))
+            link_mim()
+        else:
+            copy_mim(osp.join(self.build_lib, 'lect_mm', '.mim'))
+
+
+class LinkMim(Command):
+    """``python setup.py link_mim``: what ``pip install -e .`` does to the
+    checkout, for a checkout used through ``PYTHONPATH`` only."""
+
+    description = 'link the configs, tools and model index into lect_mm/.mim'
+    user_options = []
+
+    def initialize_options(self):
+        pass
+
+    def finalize_options(self):
+        pass
+
+    def run(self):
+        link_mim()
 
 
 setup(
@@ -85,7 +142,7 @@ setup(
         ],
         'mmcv-lite': ['mmcv-lite>=2.0,<2.4'],
     },
-    cmdclass={'build_py': BuildPyWithMim},
+    cmdclass={'build_py': BuildPyWithMim, 'link_mim': LinkMim},
     license='Apache License 2.0',
     zip_safe=False,
 )

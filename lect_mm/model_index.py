@@ -10,7 +10,8 @@ it; it reads the YAML files only and builds no model.
 The index, the configs and the tools live in one folder, :func:`mim_root`:
 ``lect_mm/.mim/`` in an installed wheel (copied there by ``setup.py``, the
 way mmpretrain ships ``mmpretrain/.mim/``), or the repository root for a
-source checkout or an editable install.
+source checkout or an editable install (whose ``lect_mm/.mim``, made by
+``pip install -e .``, links to the root's files).
 """
 from pathlib import Path
 from typing import Set, Union
@@ -38,9 +39,10 @@ def mim_root(package_dir: Union[str, Path, None] = None) -> Path:
 
     Returns:
         Path: ``<package_dir>/.mim`` when it holds the index (an installed
-        wheel), else the folder holding the checkout's index (a source
-        checkout or an editable install, whose ``lect_mm/.mim`` links to
-        the checkout's ``configs/``, ``tools/`` and ``model-index.yml``).
+        wheel), else the folder holding the checkout's index: an editable
+        install, whose ``lect_mm/.mim`` links to the checkout's
+        ``configs/``, ``tools/`` and ``model-index.yml``, or a checkout
+        used through ``PYTHONPATH``, which may have no ``lect_mm/.mim``.
 
     Raises:
         FileNotFoundError: Neither folder holds the index and the configs.
@@ -49,7 +51,7 @@ def mim_root(package_dir: Union[str, Path, None] = None) -> Path:
     candidates = (package_dir / '.mim', package_dir.parent)
     for folder in candidates:
         if _is_root(folder):
-            # in a source tree, .mim links to the checkout's own files
+            # in an editable install, .mim links to the checkout's files
             return (folder / MODEL_INDEX).resolve().parent
     raise FileNotFoundError(
         f'lect_mm finds no {MODEL_INDEX} with its configs/ in '

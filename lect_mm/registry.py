@@ -18,8 +18,9 @@ lect_mm's entry names a module inside the package, not the distribution:
 mmengine then finds the folder from the imported package (``importlib``)
 rather than from pip's metadata, which points into ``site-packages`` even
 for an editable install, where the package is not. ``lect_mm/.mim`` is a copy
-of the configs in an installed wheel and links to the checkout's own in a
-source tree.
+of the configs in an installed wheel; in a checkout, ``pip install -e .``
+makes it, with links to the checkout's ``configs/``, ``tools/`` and
+``model-index.yml`` (``python setup.py link_mim`` makes only the links).
 """
 from mmengine.config.utils import MODULE2PACKAGE
 from mmengine.registry import Registry

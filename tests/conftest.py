@@ -197,6 +197,33 @@ def write_image_folder():
     return _write_image_folder
 
 
+def _png_bomb_bytes(side=20000):
+    """A valid 1-bit grey PNG of ``side`` x ``side`` black pixels: a few
+    hundred KB that decode to ``side ** 2`` pixels (gigabytes as BGR)."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return (struct.pack('>I', len(data)) + kind + data +
+                struct.pack('>I', zlib.crc32(kind + data)))
+
+    rows = bytes(1 + (side + 7) // 8) * 1000  # filter byte + packed bits
+    deflate = zlib.compressobj(1)
+    idat = b''.join([deflate.compress(rows) for _ in range(side // 1000)] +
+                    [deflate.flush()])
+    return (b'\x89PNG\r\n\x1a\n' +
+            chunk(b'IHDR', struct.pack('>IIBBBBB', side, side, 1, 0, 0, 0,
+                                       0)) + chunk(b'IDAT', idat) +
+            chunk(b'IEND', b''))
+
+
+@pytest.fixture(scope='session')
+def png_bomb():
+    """The bytes of a 20000 x 20000 PNG of a few hundred KB (built once:
+    about half a second)."""
+    return _png_bomb_bytes()
+
+
 def pytest_collection_finish(session):
     """Move what collection imported out of the garbage collector's reach.
 

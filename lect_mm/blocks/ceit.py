@@ -19,7 +19,7 @@ from mmpretrain.registry import MODELS
 from .attention import MultiheadSelfAttention
 from .ffn import LeFFN
 from .functional import attend
-from .utils import build_attention, build_mlp, conv_out_size
+from .utils import build_attention, build_mlp, check_grid, conv_out_size
 
 
 @MODELS.register_module()
@@ -110,7 +110,7 @@ class CeiTLeFF(LeFFN):
     def forward(self, x: torch.Tensor,
                 hw_shape: Tuple[int, int]) -> torch.Tensor:
         """x: (B, num_extra_tokens + H*W, C) → same shape."""
-        h, w = hw_shape
+        h, w = check_grid(hw_shape)
         n = self.num_extra_tokens
         if x.shape[1] != n + h * w:
             raise ValueError(f'CeiTLeFF expects {n} + {h}*{w} tokens, got '

@@ -20,7 +20,7 @@ from .recompute import recompute, recompute_active
 from .upsample import (MATMUL_RESIZE_MAX_CELLS, ResizeDWConvUpsampler,
                        SVConvTransposeUpsampler, check_resize_mode, resize,
                        resize_grid_axis)
-from .utils import check_choice
+from .utils import check_choice, check_grid
 
 #: The attention paths of pooled-key attention: :data:`IMPLS` and ``'auto'``.
 LEMSA_IMPLS = ('auto', ) + IMPLS
@@ -176,12 +176,13 @@ def pooled_key_attention(q: torch.Tensor,
                            k_map.reshape(B * num_heads, dq, h * w))
         logits = resize_grid_axis(logits, (h, w), hw_shape, mode)
         attn = logits.softmax(dim=-1)
-        out = torch.bmm(dropout(attn), v.reshape(B * num_heads, -1,
-                                                 v.shape[-1]))
+        # Sizes spelled out (no -1): an empty batch has no size to infer.
+        N, dv = v.shape[-2:]
+        out = torch.bmm(dropout(attn), v.reshape(B * num_heads, N, dv))
         attn_map = None
         if need_map:
-            attn_map = attn.detach().view(B, num_heads, Nq, -1)
-        return out.view(B, num_heads, Nq, -1), attn_map
+            attn_map = attn.detach().view(B, num_heads, Nq, N)
+        return out.view(B, num_heads, Nq, dv), attn_map
     k_up = map_to_heads(resize(k_map, hw_shape, mode), num_heads)
     return attend(q, k_up, v, scale,
                   dropout.p if dropout.training else 0., 'fused',
@@ -363,8 +364,10 @@ class PooledKeyAttention(FuseConvBNMixin, BaseModule):
             torch.Tensor: The query-upsampled output ``(B, m * dv, H, W)``,
             a channels_last view of tokens.
         """
+        hw_shape = check_grid(hw_shape)
         q = map_to_heads(q_map, self.num_heads)
-        v = v.unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+        v = v.unflatten(-1, (self.num_heads, v.shape[-1] // self.num_heads))
+        v = v.transpose(1, 2)
         # Resolved here: a recomputing run records autograd only in backward.
         impl = resolve_impl(self.impl, q, k_map)
         h = q_map.shape[-2]

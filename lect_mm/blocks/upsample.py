@@ -34,7 +34,7 @@ from mmpretrain.registry import MODELS
 
 from .deploy import FuseConvBNMixin
 from .functional import is_compiling, is_exporting
-from .utils import to_pair
+from .utils import check_grid, to_pair
 
 RESIZE_MODES = ('nearest', 'bilinear', 'bicubic')
 
@@ -214,7 +214,7 @@ class ResizeUpsampler(BaseModule):
     def forward(self, x: torch.Tensor,
                 out_size: Tuple[int, int]) -> torch.Tensor:
         """Resize ``x`` (B, C, h', w') to ``out_size`` (H, W)."""
-        return resize(x, out_size, self.mode)
+        return resize(x, check_grid(out_size, 'out_size'), self.mode)
 
     def extra_repr(self) -> str:
         return f'channels={self.channels}, mode={self.mode!r}'
@@ -259,6 +259,7 @@ class ResizeDWConvUpsampler(FuseConvBNMixin, BaseModule):
     def forward(self, x: torch.Tensor,
                 out_size: Tuple[int, int]) -> torch.Tensor:
         """Upsample ``x`` (B, C, h', w') to (B, C, *out_size)."""
+        out_size = check_grid(out_size, 'out_size')
         return self.norm(self.conv(resize(x, out_size, self.mode)))
 
 
@@ -350,6 +351,7 @@ class SVConvTransposeUpsampler(BaseModule):
     def forward(self, x: torch.Tensor,
                 out_size: Tuple[int, int]) -> torch.Tensor:
         """Upsample ``x`` (B, C, h'', w'') to (B, C, *out_size)."""
+        out_size = check_grid(out_size, 'out_size')
         if is_exporting():
             return self._forward_traceable(x, out_size)
         h, w = x.shape[-2:]

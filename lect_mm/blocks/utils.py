@@ -9,6 +9,7 @@ be named without passing it arguments it does not know.
 """
 import copy
 import inspect
+import numbers
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -226,10 +227,70 @@ def to_pair(value: Union[int, Sequence[int]], name: str) -> Tuple[int, int]:
     return pair
 
 
+def _is_grid_side(side) -> bool:
+    """Whether ``side`` is an integer grid size: an int (not a bool), an
+    integer ``numbers.Integral`` such as a numpy int, a ``torch.SymInt``
+    (``torch.export`` / ``torch.compile`` with dynamic sizes) or a 0-d
+    integer tensor (a size as ``torch.jit.trace`` and the TorchScript ONNX
+    exporter trace it)."""
+    if isinstance(side, torch.Tensor):
+        return (side.dim() == 0 and not side.is_floating_point()
+                and not side.is_complex() and side.dtype != torch.bool)
+    return (isinstance(side, (numbers.Integral, torch.SymInt))
+            and not isinstance(side, bool))
+
+
+def check_grid(hw_shape: Sequence[int],
+               name: str = 'hw_shape') -> Tuple[int, int]:
+    """Return ``(H, W)`` after checking ``hw_shape`` is two positive ints.
+
+    Every block that takes a token grid (``hw_shape``, an upsampler's
+    ``out_size``) checks it here before it reshapes anything: a float
+    ``8.0`` equals and hashes as ``8``, so a call with it would leave an
+    entry in einops' (or another size-keyed) cache that later fails every
+    valid ``(8, 8)`` call in the process. Symbolic and traced sizes
+    (:func:`_is_grid_side`) pass unchecked in value: they are a tensor's
+    sizes, and comparing them would add a guard or a trace warning. Plain
+    ints take one type test each.
+
+    Args:
+        hw_shape (Sequence[int]): The grid ``(H, W)``.
+        name (str): The argument's name, for the error. Defaults to
+            ``'hw_shape'``.
+
+    Returns:
+        tuple[int, int]: ``(H, W)``.
+
+    Raises:
+        TypeError: If ``hw_shape`` is not a pair of integers.
+        ValueError: If a plain integer in it is not positive.
+    """
+    try:
+        H, W = hw_shape
+    except (TypeError, ValueError):
+        raise TypeError(f'{name} must be a pair (H, W) of positive ints, '
+                        f'got {hw_shape!r}.') from None
+    if type(H) is int and type(W) is int and H > 0 and W > 0:
+        return H, W
+    for side in (H, W):
+        if not _is_grid_side(side):
+            hint = (': use // for an integer division'
+                    if isinstance(side, float) else '')
+            raise TypeError(
+                f'{name} must be a pair (H, W) of positive ints, got '
+                f'{hw_shape!r} (a {type(side).__name__}{hint}).')
+        if (isinstance(side, (int, numbers.Integral))
+                and not isinstance(side, torch.SymInt) and side <= 0):
+            raise ValueError(f'{name} must be a pair (H, W) of positive '
+                             f'ints, got {hw_shape!r}.')
+    return H, W
+
+
 def check_hw_shape(x: torch.Tensor,
                    hw_shape: Sequence[int]) -> Tuple[int, int]:
-    """Return ``(H, W)`` after checking ``H * W`` equals the token count."""
-    H, W = hw_shape
+    """Return ``(H, W)`` after checking ``hw_shape`` (:func:`check_grid`)
+    and that ``H * W`` equals the token count of ``x`` (B, N, C)."""
+    H, W = check_grid(hw_shape)
     if H * W != x.shape[1]:
         raise ValueError(f'hw_shape {tuple(hw_shape)} does not match the '
                          f'{x.shape[1]} tokens of x {tuple(x.shape)}.')

@@ -19,7 +19,7 @@ from mmengine.model import BaseModule, Sequential
 from mmpretrain.registry import MODELS
 
 from .dropout import FastDropout
-from .utils import build_attention, build_mlp
+from .utils import build_attention, build_mlp, check_grid
 
 RC_TOKEN_TYPES = ('performer', 'performer_less')
 
@@ -30,7 +30,7 @@ def _to_map(x: torch.Tensor, hw_shape: Optional[Sequence[int]]):
         return x
     if hw_shape is None:
         raise ValueError('hw_shape is required for (B, N, C) token input')
-    h, w = hw_shape
+    h, w = check_grid(hw_shape)
     if x.shape[1] != h * w:
         raise ValueError(f'{x.shape[1]} tokens do not match hw_shape {h}x{w}')
     return rearrange(x, 'b (h w) c -> b c h w', h=h, w=w)

@@ -177,3 +177,35 @@ def test_with_cp_same_values_and_grads_nothing_recomputed_twice(
     side = INPUT_SIDES[name]
     same_outputs_and_grads(plain, checkpointed,
                            torch.randn(2, 3, side, side))
+
+
+@pytest.mark.parametrize('name', NAMES + ['LeCT-v1', 'LeCT-v2', 'LeCT-v3'])
+def test_empty_batch_gives_empty_outputs_or_a_clear_error(name):
+    """A (0, 3, H, W) batch gives outputs of batch 0 with the shapes of a
+    one-sample batch, in eval and in train mode, and leaves the running
+    statistics as they were; FlexibleLeViT (mmpretrain's LeViT attention
+    cannot reshape an empty tensor) refuses it by name."""
+    if name.startswith('LeCT-'):
+        model, side = MODELS.build(dict(type='LeCT', arch=name[5:])), 224
+    else:
+        model, side = _build(name), INPUT_SIDES[name]
+    empty = torch.zeros(0, 3, side, side)
+    if name == 'FlexibleLeViT':
+        for mode in (False, True):
+            with pytest.raises(ValueError, match=re.escape(
+                    'FlexibleLeViT got an empty batch, x of shape '
+                    f'(0, 3, {side}, {side})')):
+                model.train(mode)(empty)
+        return
+    with torch.no_grad():
+        shapes = [o.shape[1:] for o in model.eval()(torch.ones(
+            1, 3, side, side))]
+        assert [o.shape for o in model(empty)] == [(0, ) + s for s in shapes]
+    stats = {n: b.clone() for n, b in model.named_buffers()
+             if b.is_floating_point()}
+    outs = model.train()(empty.requires_grad_())
+    assert [o.shape for o in outs] == [(0, ) + s for s in shapes]
+    sum(o.sum() for o in outs).backward()
+    for n, b in model.named_buffers():
+        if n in stats:
+            assert torch.equal(b, stats[n]), n

@@ -12,6 +12,7 @@ from mmpretrain.registry import DATASETS
 
 from lect_mm.datasets import (CheckedCustomDataset, ImageFileError,
                               image_file_problem)
+from lect_mm.datasets.folder import image_header_size
 from lect_mm.engine import ConfigError, explain_config_errors
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
@@ -112,6 +113,104 @@ def test_scan_names_every_bad_file_when_built(folder):
                         '6 images cannot be loaded (scan_images=True):')
     assert lines[1] == f'  {paths[0]} is empty (0 bytes)'
     assert lines[2].startswith(f'  {paths[1]} (12 bytes) cannot be decoded')
+
+
+# ------------------------------------------------------- too many pixels
+@pytest.fixture
+def decoded(monkeypatch):
+    """The byte counts of the files mmcv's decoder is given."""
+    import mmcv
+    sizes, decode = [], mmcv.imfrombytes
+
+    def spy(content, *args, **kwargs):
+        sizes.append(len(content))
+        return decode(content, *args, **kwargs)
+
+    monkeypatch.setattr(mmcv, 'imfrombytes', spy)
+    return sizes
+
+
+def _bomb_message(path, limit='89,478,485'):
+    return (f'{path} ({osp.getsize(path):,} bytes) is a 20000x20000 image '
+            f'(400,000,000 pixels), over max_image_pixels={limit}: it was '
+            'not decoded (raise max_image_pixels to load it)')
+
+
+def test_a_huge_image_is_refused_from_its_header(folder, png_bomb, decoded):
+    """Before: a 20000x20000 PNG of a few hundred KB was decoded in full
+    (gigabytes) by the scan's threads and by every loader that sampled it.
+    Now its header is read and it is named, never decoded."""
+    bomb = osp.join(folder, 'dog', 'huge.png')
+    with open(bomb, 'wb') as f:
+        f.write(png_bomb)
+    with pytest.raises(ImageFileError) as info:
+        CheckedCustomDataset(data_root=folder, pipeline=PIPELINE,
+                             scan_images=True, scan_threads=2, **FAST)
+    lines = str(info.value).splitlines()
+    assert lines[0].endswith('1 of 7 images cannot be loaded '
+                             '(scan_images=True):')
+    assert lines[1] == '  ' + _bomb_message(bomb)
+    assert len(decoded) == 6 and len(png_bomb) not in decoded
+
+    dataset = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE,
+                                   **FAST)
+    idx = [dataset.get_data_info(i)['img_path']
+           for i in range(len(dataset))].index(bomb)
+    with pytest.raises(ImageFileError) as info:
+        dataset[idx]
+    assert str(info.value) == (f'CheckedCustomDataset: sample {idx}: '
+                               f'{_bomb_message(bomb)}.')
+    assert image_file_problem(bomb) == _bomb_message(bomb)
+    assert len(png_bomb) not in decoded
+
+
+def test_max_image_pixels_is_the_limit_in_scan_and_training(
+        folder, decoded):
+    """A limit under the written images' sizes (60 to 66 pixels) refuses
+    the larger ones, sampled or scanned; None lifts it."""
+    dataset = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE,
+                                   max_image_pixels=63, **FAST)
+    sizes = {dataset.get_data_info(i)['img_path']: image_header_size(
+        dataset.get_data_info(i)['img_path']) for i in range(len(dataset))}
+    assert sorted(w * h for w, h in sizes.values()) == [60, 63, 63, 63, 64,
+                                                        66]
+    too_large = [i for i, (w, h) in enumerate(sizes.values()) if w * h > 63]
+    for i in range(len(dataset)):
+        if i in too_large:
+            with pytest.raises(ImageFileError,
+                               match='over max_image_pixels=63: it was not '
+                               'decoded'):
+                dataset[i]
+        else:
+            assert dataset[i]['inputs'].shape[0] == 3
+    assert len(decoded) == len(dataset) - len(too_large)
+    with pytest.raises(ImageFileError,
+                       match='2 of 6 images cannot be loaded') as info:
+        CheckedCustomDataset(data_root=folder, pipeline=PIPELINE,
+                             max_image_pixels=63, scan_images=True, **FAST)
+    assert 'is a 11x6 image (66 pixels)' in str(info.value)
+    # None: no limit
+    unlimited = CheckedCustomDataset(data_root=folder, pipeline=PIPELINE,
+                                     max_image_pixels=None, scan_images=True,
+                                     **FAST)
+    assert all(unlimited[i] for i in too_large)
+    for bad in (0, -1, 2.5, True, '100'):
+        with pytest.raises(ValueError, match='max_image_pixels must be a '
+                           r'positive int or None \(no limit\), got '):
+            CheckedCustomDataset(data_root=folder, pipeline=PIPELINE,
+                                 max_image_pixels=bad, **FAST)
+
+
+def test_image_header_size(tmp_path, folder):
+    import cv2
+    for ext in ('png', 'jpg', 'bmp', 'tif', 'webp'):
+        path = str(tmp_path / f'img.{ext}')
+        cv2.imwrite(path, np.zeros((5, 13, 3), np.uint8))
+        assert image_header_size(path) == (13, 5), ext
+    text = tmp_path / 'text.png'
+    text.write_text('not an image')
+    assert image_header_size(str(text)) is None
+    assert image_header_size(str(tmp_path / 'missing.png')) is None
 
 
 IMAGENET_BASE = '''

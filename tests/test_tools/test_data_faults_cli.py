@@ -120,6 +120,35 @@ def test_a_zero_byte_image_is_named_from_a_loader_worker(
     assert 'in DataLoader worker' not in str(info.value)
 
 
+def test_a_huge_png_is_refused_from_its_header(train_tool, tmp_path,
+                                               write_image_folder, png_bomb):
+    """Before: a 20000x20000 PNG of a few hundred KB was decoded in full
+    (gigabytes, seconds) by a loader worker, or by up to 8 scan threads at
+    once. Now its header names it, with its size, and nothing decodes it;
+    max_image_pixels sets the limit."""
+    root = tmp_path / 'data'
+    write_image_folder(str(root / 'train'), ('a', 'b'))
+    write_image_folder(str(root / 'val'), ('a', 'b'), 1)
+    bomb = root / 'train' / 'b' / '1.png'
+    bomb.write_bytes(png_bomb)
+    config = TINY_FOLDER.format(tiny=TINY, classes=2, workers=2, root=root)
+    huge = (f'{bomb} ({len(png_bomb):,} bytes) is a 20000x20000 image '
+            '(400,000,000 pixels), over max_image_pixels=89,478,485: it was '
+            'not decoded (raise max_image_pixels to load it)')
+    with pytest.raises(ImageFileError) as info:
+        _train(train_tool, tmp_path, config)
+    assert 'in DataLoader worker process' in str(info.value)
+    assert f'CheckedCustomDataset: sample 3: {huge}.' in str(info.value)
+    assert _checkpoints(tmp_path) == []
+    with pytest.raises(ImageFileError) as info:
+        _train(train_tool, tmp_path, config,
+               'train_dataloader.dataset.scan_images=True',
+               'train_dataloader.dataset.max_image_pixels=100000000')
+    assert f'\n  {huge.replace("89,478,485", "100,000,000")}\n' in str(
+        info.value)
+    assert 'in DataLoader worker' not in str(info.value)
+
+
 # ------------------------------------------------------------ CIFAR pickle
 class _WritesMarker:
 

@@ -93,7 +93,16 @@ class FlexibleLeViT(ZooBackbone, LeViT):
                                  for i in range(self.num_stages)]
 
     def forward(self, x: torch.Tensor) -> tuple:
-        """LeViT's forward, block by block (``with_cp`` checkpoints each)."""
+        """LeViT's forward, block by block (``with_cp`` checkpoints each).
+
+        An empty batch is refused: mmpretrain's LeViT attention reshapes
+        with an inferred size, which an empty tensor cannot give.
+        """
+        if type(x.shape[0]) is int and x.shape[0] == 0:
+            raise ValueError(
+                f'{type(self).__name__} got an empty batch, x of shape '
+                f'{tuple(x.shape)}: mmpretrain\'s LeViT attention cannot run '
+                'on 0 samples; skip the call or pass at least one sample.')
         x = self.patch_embed(x).flatten(2).transpose(1, 2)
         outs = []
         for i, stage in enumerate(self.stages):

@@ -10,6 +10,14 @@ from mmpretrain.registry import HOOKS
 from .checkpoint_io import (ATOMIC_BACKEND, CheckpointError, atomic_write,
                             remove_stale_temporaries, verify_checkpoint_file)
 from .plain_state import from_plain, to_plain
+from .workdir import is_inside, own_file
+
+#: The message hub's entries that record a checkpoint's path (and
+#: ``best_ckpt_<metric>`` with several ``save_best`` metrics): what each is.
+RECORDED_PATHS = dict(
+    best_ckpt='best checkpoint',
+    last_ckpt='last checkpoint',
+    stop_ckpt='checkpoint of a stopped run')
 
 
 def _is_local(path) -> bool:
@@ -72,12 +80,34 @@ class SafeCheckpointHook(CheckpointHook):
     - :meth:`save_stop_checkpoint` writes the checkpoint of a run stopped
       by a signal inside an epoch (``iter_{N}.pth``), outside the
       ``max_keep_ckpts`` count; the next checkpoint replaces it.
+    - It removes and replaces files of its own checkpoint folder
+      (:meth:`checkpoint_dir`) only. The paths a loaded checkpoint records
+      in its message hub (the best, last and stop checkpoints: absolute
+      paths of the run that wrote it) are taken as this folder's files of
+      the same name when they lie elsewhere (a copied work dir), or dropped
+      with a warning when this folder has no such file (a run resumed from
+      another work dir's checkpoint): another folder's best checkpoint is
+      never removed or replaced.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._deferred = None
         self._extra = None
+        self._out_dir_final = False
+
+    def checkpoint_dir(self, runner) -> str:
+        """The folder this hook writes into, before and after
+        ``before_train`` (mmengine's rule: ``out_dir/<work dir's name>``
+        with ``out_dir`` set, else the work dir)."""
+        if self._out_dir_final:
+            return self.out_dir
+        if self.out_dir is None or self.out_dir == runner.work_dir:
+            return runner.work_dir
+        name = osp.basename(runner.work_dir.rstrip(osp.sep))
+        if _is_local(self.out_dir):
+            return osp.join(self.out_dir, name)
+        return f'{self.out_dir.rstrip("/")}/{name}'
 
     def before_train(self, runner) -> None:
         out_dir = self.out_dir if self.out_dir is not None else \
@@ -86,6 +116,7 @@ class SafeCheckpointHook(CheckpointHook):
                 and _is_local(out_dir)):
             self.backend_args = dict(backend=ATOMIC_BACKEND)
         super().before_train(runner)
+        self._out_dir_final = True
         if is_main_process() and _is_local(self.out_dir):
             for path in remove_stale_temporaries(self.out_dir):
                 runner.logger.warning(
@@ -101,6 +132,44 @@ class SafeCheckpointHook(CheckpointHook):
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         for key, value in list(checkpoint.items()):
             checkpoint[key] = from_plain(value)
+        hub = checkpoint.get('message_hub')
+        if isinstance(hub, dict) and isinstance(hub.get('runtime_info'),
+                                                dict):
+            checkpoint['message_hub'] = self._own_recorded_paths(runner, hub)
+
+    def _own_recorded_paths(self, runner, hub: dict) -> dict:
+        """``hub`` (a message hub's state) with the checkpoint paths it
+        records made this run's own: a path outside :meth:`checkpoint_dir`
+        becomes the file of the same name there, or is dropped (with a log
+        line either way)."""
+        own = self.checkpoint_dir(runner)
+        info = dict(hub['runtime_info'])
+        resumed = dict(hub.get('resumed_keys') or {})
+        for key, recorded in hub['runtime_info'].items():
+            what = RECORDED_PATHS.get(key)
+            if what is None and key.startswith('best_ckpt_'):
+                what = f'best checkpoint of {key[len("best_ckpt_"):]}'
+            if what is None or not isinstance(recorded, str) or \
+                    is_inside(recorded, own):
+                continue
+            path = own_file(recorded, own)
+            where = (f"{recorded}, recorded by the checkpoint as the {what}, "
+                     f"lies outside this run's checkpoint folder {own}")
+            if path is not None:
+                info[key] = path
+                runner.logger.info(
+                    f'{where}: taken as {path}, the file of that name there '
+                    '(a copied or moved work dir).')
+            else:
+                del info[key]
+                resumed.pop(key, None)
+                runner.logger.warning(
+                    f'{where}: left where it is (this run neither removes '
+                    'nor replaces it).')
+        hub = dict(hub, runtime_info=info)
+        if 'resumed_keys' in hub:
+            hub['resumed_keys'] = resumed
+        return hub
 
     def _remove_outdated(self, runner, paths, written) -> None:
         """Remove ``paths`` once every checkpoint in ``written`` reads back
@@ -121,6 +190,11 @@ class SafeCheckpointHook(CheckpointHook):
         backend = self.file_backend
         backend = getattr(backend, 'backend', backend)
         for path in paths:
+            if not is_inside(path, self.out_dir):
+                runner.logger.warning(
+                    f'Kept {path}: it lies outside this run\'s checkpoint '
+                    f'folder {self.out_dir}.')
+                continue
             if backend.isfile(path):
                 backend.remove(path)
             elif backend.isdir(path):

@@ -81,13 +81,13 @@ class SafeCheckpointHook(CheckpointHook):
       by a signal inside an epoch (``iter_{N}.pth``), outside the
       ``max_keep_ckpts`` count; the next checkpoint replaces it.
     - It removes and replaces files of its own checkpoint folder
-      (:meth:`checkpoint_dir`) only. The paths a loaded checkpoint records
+      (:meth:`checkpoint_dir`) only. The paths a resumed checkpoint records
       in its message hub (the best, last and stop checkpoints: absolute
-      paths of the run that wrote it) are taken as this folder's files of
-      the same name when they lie elsewhere (a copied work dir), or dropped
-      with a warning when this folder has no such file (a run resumed from
-      another work dir's checkpoint): another folder's best checkpoint is
-      never removed or replaced.
+      paths of the run that wrote it) are taken, before training, as this
+      folder's files of the same name when they lie elsewhere (a copied
+      work dir), or dropped with a warning when this folder has no such
+      file (a run resumed from another work dir's checkpoint): another
+      folder's best checkpoint is never removed, replaced or published.
     """
 
     def __init__(self, *args, **kwargs):
@@ -115,6 +115,7 @@ class SafeCheckpointHook(CheckpointHook):
         if (self.backend_args is None and self.file_client_args is None
                 and _is_local(out_dir)):
             self.backend_args = dict(backend=ATOMIC_BACKEND)
+        self._own_recorded_paths(runner)
         super().before_train(runner)
         self._out_dir_final = True
         if is_main_process() and _is_local(self.out_dir):
@@ -132,20 +133,15 @@ class SafeCheckpointHook(CheckpointHook):
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         for key, value in list(checkpoint.items()):
             checkpoint[key] = from_plain(value)
-        hub = checkpoint.get('message_hub')
-        if isinstance(hub, dict) and isinstance(hub.get('runtime_info'),
-                                                dict):
-            checkpoint['message_hub'] = self._own_recorded_paths(runner, hub)
 
-    def _own_recorded_paths(self, runner, hub: dict) -> dict:
-        """``hub`` (a message hub's state) with the checkpoint paths it
-        records made this run's own: a path outside :meth:`checkpoint_dir`
-        becomes the file of the same name there, or is dropped (with a log
-        line either way)."""
+    def _own_recorded_paths(self, runner) -> None:
+        """Make the checkpoint paths that the message hub records (restored
+        from a resumed checkpoint: the paths of the run that wrote it) this
+        run's own: a path outside :meth:`checkpoint_dir` becomes the file of
+        the same name there, or is dropped (with a log line either way)."""
+        hub = runner.message_hub
         own = self.checkpoint_dir(runner)
-        info = dict(hub['runtime_info'])
-        resumed = dict(hub.get('resumed_keys') or {})
-        for key, recorded in hub['runtime_info'].items():
+        for key, recorded in list(hub.runtime_info.items()):
             what = RECORDED_PATHS.get(key)
             if what is None and key.startswith('best_ckpt_'):
                 what = f'best checkpoint of {key[len("best_ckpt_"):]}'
@@ -153,23 +149,19 @@ class SafeCheckpointHook(CheckpointHook):
                     is_inside(recorded, own):
                 continue
             path = own_file(recorded, own)
-            where = (f"{recorded}, recorded by the checkpoint as the {what}, "
+            where = (f"{recorded}, recorded by the resumed checkpoint as the "
+                     f"{what}, "
                      f"lies outside this run's checkpoint folder {own}")
             if path is not None:
-                info[key] = path
+                hub.update_info(key, path)
                 runner.logger.info(
                     f'{where}: taken as {path}, the file of that name there '
                     '(a copied or moved work dir).')
             else:
-                del info[key]
-                resumed.pop(key, None)
+                hub.pop_info(key)
                 runner.logger.warning(
                     f'{where}: left where it is (this run neither removes '
                     'nor replaces it).')
-        hub = dict(hub, runtime_info=info)
-        if 'resumed_keys' in hub:
-            hub['resumed_keys'] = resumed
-        return hub
 
     def _remove_outdated(self, runner, paths, written) -> None:
         """Remove ``paths`` once every checkpoint in ``written`` reads back

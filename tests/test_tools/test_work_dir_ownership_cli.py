@@ -122,9 +122,9 @@ def test_resume_from_another_work_dir_leaves_it_alone(train, tmp_path):
     assert (new / 'last_checkpoint').read_text() == str(new / 'epoch_3.pth')
     log = _log_text(str(new))
     assert f'Removed the outdated checkpoint {other}' not in log
-    assert (f'{other / BEST.format(2)}, recorded by the checkpoint as the '
-            'best checkpoint, lies outside this run\'s checkpoint folder '
-            f'{new}: left where it is') in log
+    assert (f'{other / BEST.format(2)}, recorded by the resumed checkpoint '
+            'as the best checkpoint, lies outside this run\'s checkpoint '
+            f'folder {new}: left where it is') in log
 
 
 def test_resume_in_a_copied_work_dir_uses_its_own_files(train, stopped,

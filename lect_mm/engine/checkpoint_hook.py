@@ -141,6 +141,7 @@ class SafeCheckpointHook(CheckpointHook):
         the same name there, or is dropped (with a log line either way)."""
         hub = runner.message_hub
         own = self.checkpoint_dir(runner)
+        notes = []
         for key, recorded in list(hub.runtime_info.items()):
             what = RECORDED_PATHS.get(key)
             if what is None and key.startswith('best_ckpt_'):
@@ -149,19 +150,20 @@ class SafeCheckpointHook(CheckpointHook):
                     is_inside(recorded, own):
                 continue
             path = own_file(recorded, own)
-            where = (f"{recorded}, recorded by the resumed checkpoint as the "
-                     f"{what}, "
-                     f"lies outside this run's checkpoint folder {own}")
             if path is not None:
                 hub.update_info(key, path)
-                runner.logger.info(
-                    f'{where}: taken as {path}, the file of that name there '
-                    '(a copied or moved work dir).')
+                notes.append(f'its {what}, {recorded}, is taken as {path}, '
+                             'the file of that name there')
             else:
                 hub.pop_info(key)
-                runner.logger.warning(
-                    f'{where}: left where it is (this run neither removes '
-                    'nor replaces it).')
+                notes.append(f'its {what}, {recorded}, is left where it is: '
+                             'this run neither removes nor replaces it')
+        if notes:
+            runner.logger.warning(
+                'The resumed checkpoint names files outside this run\'s '
+                f'checkpoint folder, {own} (it was written in another work '
+                'dir, or this one was copied or moved): '
+                f'{"; ".join(notes)}.')
 
     def _remove_outdated(self, runner, paths, written) -> None:
         """Remove ``paths`` once every checkpoint in ``written`` reads back

@@ -122,9 +122,8 @@ def test_resume_from_another_work_dir_leaves_it_alone(train, tmp_path):
     assert (new / 'last_checkpoint').read_text() == str(new / 'epoch_3.pth')
     log = _log_text(str(new))
     assert f'Removed the outdated checkpoint {other}' not in log
-    assert (f'{other / BEST.format(2)}, recorded by the resumed checkpoint '
-            'as the best checkpoint, lies outside this run\'s checkpoint '
-            f'folder {new}: left where it is') in log
+    assert (f'its best checkpoint, {other / BEST.format(2)}, is left where '
+            'it is') in log
 
 
 def test_resume_in_a_copied_work_dir_uses_its_own_files(train, stopped,
@@ -143,6 +142,8 @@ def test_resume_in_a_copied_work_dir_uses_its_own_files(train, stopped,
     assert (f'{copy / "last_checkpoint"} names {original / "iter_6.pth"}, '
             f'outside this work dir, {copy} (a copied or moved work dir?): '
             f'not followed; taking {copy / "iter_6.pth"}') in log
+    assert (f'its best checkpoint, {original / BEST.format(1)}, is taken as '
+            f'{copy / BEST.format(1)}') in log
     assert not (copy / 'iter_6.pth').exists()  # epoch_2.pth replaced it
     assert not (copy / BEST.format(1)).exists()  # the new best replaced it
     assert (copy / BEST.format(2)).is_file()

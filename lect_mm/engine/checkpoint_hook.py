@@ -7,8 +7,9 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook
 from mmpretrain.registry import HOOKS
 
-from .checkpoint_io import (ATOMIC_BACKEND, CheckpointError, atomic_write,
-                            remove_stale_temporaries, verify_checkpoint_file)
+from .checkpoint_io import (ATOMIC_BACKEND, LAST_CHECKPOINT, CheckpointError,
+                            atomic_write, remove_stale_temporaries,
+                            verify_checkpoint_file)
 from .plain_state import from_plain, to_plain
 from .workdir import is_inside, own_file
 
@@ -253,7 +254,7 @@ class SafeCheckpointHook(CheckpointHook):
             self._extra = None
         if is_main_process():
             atomic_write(
-                osp.join(runner.work_dir, 'last_checkpoint'),
+                osp.join(runner.work_dir, LAST_CHECKPOINT),
                 str(path).encode())
             if previous is not None and previous not in self._kept_paths():
                 self._remove_outdated(runner, [previous], [path])
@@ -298,7 +299,7 @@ class SafeCheckpointHook(CheckpointHook):
         if not is_main_process():
             return
         atomic_write(
-            osp.join(runner.work_dir, 'last_checkpoint'),
+            osp.join(runner.work_dir, LAST_CHECKPOINT),
             str(self.last_ckpt).encode())
         if self._deferred is not None:
             self._deferred.queued.extend(outdated)

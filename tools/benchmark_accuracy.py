@@ -320,13 +320,15 @@ def children_cpu_seconds() -> float:
 
 
 def last_checkpoint(work_dir: str) -> str:
-    """The checkpoint named in ``work_dir/last_checkpoint``."""
-    pointer = osp.join(work_dir, 'last_checkpoint')
-    if not osp.isfile(pointer):
-        raise FileNotFoundError(f'{pointer} is missing: training wrote no '
-                                'checkpoint')
-    with open(pointer) as f:
-        return f.read().strip()
+    """The checkpoint named in ``work_dir/last_checkpoint`` (a path outside
+    ``work_dir`` is not followed: lect_mm's reader of that file)."""
+    from lect_mm.engine.checkpoint_io import read_last_checkpoint
+    checkpoint = read_last_checkpoint(work_dir)
+    if checkpoint is None:
+        raise FileNotFoundError(
+            f'{osp.join(work_dir, "last_checkpoint")} is missing or names no '
+            'checkpoint of this work dir: training wrote no checkpoint')
+    return checkpoint
 
 
 def run_one(protocol: str, run: Run, schedule: Schedule, work_root: str,

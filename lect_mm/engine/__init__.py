@@ -1,8 +1,9 @@
 from .checkpoint_checks import CheckpointCheckHook
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
-                            atomic_write, load_checkpoint_file,
-                            load_checkpoint_verified, verify_checkpoint_file)
+                            atomic_write, latest_checkpoint,
+                            load_checkpoint_file, load_checkpoint_verified,
+                            verify_checkpoint_file)
 from .dist import (LAUNCHERS, distributed_context, setup_cpu_distributed,
                    teardown_distributed)
 from .divergence import DivergenceError, NonFiniteLossHook
@@ -30,7 +31,8 @@ __all__ = [
     'get_rng_state', 'set_rng_state',
     'DeviceAmpOptimWrapper', 'CheckpointCheckHook',
     'SafeCheckpointHook', 'CheckpointError', 'CheckpointNotFoundError',
-    'atomic_write', 'load_checkpoint_file', 'load_checkpoint_verified',
+    'atomic_write', 'latest_checkpoint', 'load_checkpoint_file',
+    'load_checkpoint_verified',
     'verify_checkpoint_file', 'CheckpointMismatchError',
     'StrictPretrainedInit', 'load_checkpoint', 'LectRunner',
     'find_resume_checkpoint', 'WorkDirInUseError', 'WorkDirLock',

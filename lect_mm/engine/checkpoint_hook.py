@@ -7,9 +7,18 @@ from mmengine.dist import is_main_process
 from mmengine.hooks import CheckpointHook
 from mmpretrain.registry import HOOKS
 
-from .checkpoint_io import (ATOMIC_BACKEND, CheckpointError, atomic_write,
-                            remove_stale_temporaries, verify_checkpoint_file)
+from .checkpoint_io import (ATOMIC_BACKEND, LAST_CHECKPOINT, CheckpointError,
+                            atomic_write, remove_stale_temporaries,
+                            verify_checkpoint_file)
 from .plain_state import from_plain, to_plain
+from .workdir import is_inside, own_file
+
+#: The message hub's entries that record a checkpoint's path (and
+#: ``best_ckpt_<metric>`` with several ``save_best`` metrics): what each is.
+RECORDED_PATHS = dict(
+    best_ckpt='best checkpoint',
+    last_ckpt='last checkpoint',
+    stop_ckpt='checkpoint of a stopped run')
 
 
 def _is_local(path) -> bool:
@@ -72,12 +81,34 @@ class SafeCheckpointHook(CheckpointHook):
     - :meth:`save_stop_checkpoint` writes the checkpoint of a run stopped
       by a signal inside an epoch (``iter_{N}.pth``), outside the
       ``max_keep_ckpts`` count; the next checkpoint replaces it.
+    - It removes and replaces files of its own checkpoint folder
+      (:meth:`checkpoint_dir`) only. The paths a resumed checkpoint records
+      in its message hub (the best, last and stop checkpoints: absolute
+      paths of the run that wrote it) are taken, before training, as this
+      folder's files of the same name when they lie elsewhere (a copied
+      work dir), or dropped with a warning when this folder has no such
+      file (a run resumed from another work dir's checkpoint): another
+      folder's best checkpoint is never removed, replaced or published.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._deferred = None
         self._extra = None
+        self._out_dir_final = False
+
+    def checkpoint_dir(self, runner) -> str:
+        """The folder this hook writes into, before and after
+        ``before_train`` (mmengine's rule: ``out_dir/<work dir's name>``
+        with ``out_dir`` set, else the work dir)."""
+        if self._out_dir_final:
+            return self.out_dir
+        if self.out_dir is None or self.out_dir == runner.work_dir:
+            return runner.work_dir
+        name = osp.basename(runner.work_dir.rstrip(osp.sep))
+        if _is_local(self.out_dir):
+            return osp.join(self.out_dir, name)
+        return f'{self.out_dir.rstrip("/")}/{name}'
 
     def before_train(self, runner) -> None:
         out_dir = self.out_dir if self.out_dir is not None else \
@@ -85,7 +116,9 @@ class SafeCheckpointHook(CheckpointHook):
         if (self.backend_args is None and self.file_client_args is None
                 and _is_local(out_dir)):
             self.backend_args = dict(backend=ATOMIC_BACKEND)
+        self._own_recorded_paths(runner)
         super().before_train(runner)
+        self._out_dir_final = True
         if is_main_process() and _is_local(self.out_dir):
             for path in remove_stale_temporaries(self.out_dir):
                 runner.logger.warning(
@@ -101,6 +134,37 @@ class SafeCheckpointHook(CheckpointHook):
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         for key, value in list(checkpoint.items()):
             checkpoint[key] = from_plain(value)
+
+    def _own_recorded_paths(self, runner) -> None:
+        """Make the checkpoint paths that the message hub records (restored
+        from a resumed checkpoint: the paths of the run that wrote it) this
+        run's own: a path outside :meth:`checkpoint_dir` becomes the file of
+        the same name there, or is dropped (with a log line either way)."""
+        hub = runner.message_hub
+        own = self.checkpoint_dir(runner)
+        notes = []
+        for key, recorded in list(hub.runtime_info.items()):
+            what = RECORDED_PATHS.get(key)
+            if what is None and key.startswith('best_ckpt_'):
+                what = f'best checkpoint of {key[len("best_ckpt_"):]}'
+            if what is None or not isinstance(recorded, str) or \
+                    is_inside(recorded, own):
+                continue
+            path = own_file(recorded, own)
+            if path is not None:
+                hub.update_info(key, path)
+                notes.append(f'its {what}, {recorded}, is taken as {path}, '
+                             'the file of that name there')
+            else:
+                hub.pop_info(key)
+                notes.append(f'its {what}, {recorded}, is left where it is: '
+                             'this run neither removes nor replaces it')
+        if notes:
+            runner.logger.warning(
+                'The resumed checkpoint names files outside this run\'s '
+                f'checkpoint folder, {own} (it was written in another work '
+                'dir, or this one was copied or moved): '
+                f'{"; ".join(notes)}.')
 
     def _remove_outdated(self, runner, paths, written) -> None:
         """Remove ``paths`` once every checkpoint in ``written`` reads back
@@ -121,6 +185,11 @@ class SafeCheckpointHook(CheckpointHook):
         backend = self.file_backend
         backend = getattr(backend, 'backend', backend)
         for path in paths:
+            if not is_inside(path, self.out_dir):
+                runner.logger.warning(
+                    f'Kept {path}: it lies outside this run\'s checkpoint '
+                    f'folder {self.out_dir}.')
+                continue
             if backend.isfile(path):
                 backend.remove(path)
             elif backend.isdir(path):
@@ -185,7 +254,7 @@ class SafeCheckpointHook(CheckpointHook):
             self._extra = None
         if is_main_process():
             atomic_write(
-                osp.join(runner.work_dir, 'last_checkpoint'),
+                osp.join(runner.work_dir, LAST_CHECKPOINT),
                 str(path).encode())
             if previous is not None and previous not in self._kept_paths():
                 self._remove_outdated(runner, [previous], [path])
@@ -230,7 +299,7 @@ class SafeCheckpointHook(CheckpointHook):
         if not is_main_process():
             return
         atomic_write(
-            osp.join(runner.work_dir, 'last_checkpoint'),
+            osp.join(runner.work_dir, LAST_CHECKPOINT),
             str(self.last_ckpt).encode())
         if self._deferred is not None:
             self._deferred.queued.extend(outdated)

@@ -29,6 +29,14 @@ still load, with their zip CRCs checked and an info line. The load itself is
 trusted files, ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, is set. mmengine's
 loaders are left as they are: these functions are used where lect_mm's
 runtime config selects them.
+
+The latest checkpoint of a work dir (:func:`latest_checkpoint`: what
+``--resume`` takes, what a failed run names) is the one answer to that
+question in lect_mm; :func:`read_last_checkpoint` is the one reader of the
+``last_checkpoint`` file, and follows no path outside the work dir (a copied
+work dir's file names the original's checkpoint). "Newest" is newest in
+training progress, the ``meta`` of the checkpoints themselves
+(:func:`checkpoint_progress`), never a number from a file name.
 """
 import hashlib
 import io
@@ -47,6 +55,7 @@ from mmengine.logging import print_log
 from mmengine.runner.checkpoint import _load_checkpoint
 
 from .plain_state import from_plain
+from .workdir import is_inside, own_file
 from .write_errors import DiskFullError, is_disk_full
 
 ATOMIC_BACKEND = 'lect_atomic_local'
@@ -293,7 +302,8 @@ _MMENGINE_PICKLED = (
     'file that you trust, set TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1.')
 
 
-def load_checkpoint_file(filename: str, map_location=None):
+def load_checkpoint_file(filename: str, map_location=None,
+                         verified: Optional[dict] = None):
     """:func:`verify_checkpoint_file`, then ``torch.load(weights_only=True)``.
 
     Encoded runtime state (:mod:`lect_mm.engine.plain_state`) is decoded.
@@ -301,12 +311,20 @@ def load_checkpoint_file(filename: str, map_location=None):
     Args:
         filename (str): A local file (``~`` is expanded).
         map_location: As for ``torch.load``.
+        verified (dict, optional): ``{path: (file_identity, digest)}`` of
+            files verified a moment ago (:func:`latest_checkpoint`): such a
+            file, unchanged since, is not read twice to verify it again.
 
     Returns:
         The loaded object (a dict for checkpoints).
     """
     filename = osp.expanduser(os.fspath(filename))
-    digest = verify_checkpoint_file(filename)
+    known = (verified or {}).get(filename)
+    if known is not None and osp.isfile(filename) and \
+            file_identity(filename) == known[0]:
+        digest = known[1]
+    else:
+        digest = verify_checkpoint_file(filename)
     try:
         checkpoint = torch.load(
             filename, map_location=map_location, weights_only=_weights_only())
@@ -329,12 +347,14 @@ def load_checkpoint_file(filename: str, map_location=None):
     return from_plain(checkpoint)
 
 
-def load_checkpoint_verified(filename: str, map_location=None):
+def load_checkpoint_verified(filename: str, map_location=None,
+                             verified: Optional[dict] = None):
     """Load a checkpoint from any path: a local file with
     :func:`load_checkpoint_file`; an ``http(s)://`` URL downloaded into
     torch's hub cache and loaded with ``weights_only=True`` as well
     (mmengine's HTTP loader unpickles anything); other prefixes
-    (``s3://``, ``open-mmlab://``...) with mmengine's loader for them."""
+    (``s3://``, ``open-mmlab://``...) with mmengine's loader for them.
+    ``verified``: as for :func:`load_checkpoint_file`."""
     filename = os.fspath(filename)
     if filename.startswith(('http://', 'https://')):
         return from_plain(
@@ -343,4 +363,191 @@ def load_checkpoint_verified(filename: str, map_location=None):
                 weights_only=_weights_only()))
     if '://' in filename:
         return _load_checkpoint(filename, map_location=map_location)
-    return load_checkpoint_file(filename, map_location)
+    return load_checkpoint_file(filename, map_location, verified)
+
+
+# ------------------------------------------- the latest checkpoint of a run
+LAST_CHECKPOINT = 'last_checkpoint'
+"""The file in a work dir that names its latest checkpoint (mmengine's)."""
+
+_RESUMABLE = re.compile(r'^(?:epoch|iter)_\d+\.pth$')
+
+
+def file_identity(path: str) -> tuple:
+    """What changes when a file is replaced or written to (device, inode,
+    size, modification and change times)."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def checkpoint_progress(path: str) -> Optional[tuple]:
+    """How far the training of a checkpoint had gone: ``(iterations,
+    epochs)`` done, from its own ``meta``; None when it has none or cannot
+    be read (damaged, not a checkpoint).
+
+    Cheap: the file is memory-mapped, so only its pickled structure is
+    read, not its tensors' bytes; nothing is verified.
+    """
+    try:
+        checkpoint = torch.load(
+            path, map_location='cpu', weights_only=_weights_only(),
+            mmap=True)
+        meta = checkpoint['meta']
+        return int(meta['iter']), int(meta['epoch'])
+    except Exception:
+        return None
+
+
+def resumable_checkpoints(checkpoint_dir: str) -> List[str]:
+    """The ``epoch_N.pth``/``iter_N.pth`` files of ``checkpoint_dir``
+    (best checkpoints hold no optimizer state: not resumable), newest in
+    training progress first (:func:`checkpoint_progress`: an ``iter_N``
+    and an ``epoch_N`` count different things, and a work dir may hold
+    checkpoints of several runs); unreadable ones last."""
+    if not osp.isdir(checkpoint_dir):
+        return []
+    found = []
+    for name in sorted(os.listdir(checkpoint_dir)):
+        if _RESUMABLE.match(name):
+            path = osp.join(checkpoint_dir, name)
+            progress = checkpoint_progress(path)
+            found.append((progress is not None, progress or (0, 0), path))
+    found.sort(key=lambda item: item[:2], reverse=True)
+    return [path for _, _, path in found]
+
+
+def read_last_checkpoint(work_dir: str,
+                         checkpoint_dir: Optional[str] = None,
+                         logger='current') -> Optional[str]:
+    """The checkpoint that ``work_dir/last_checkpoint`` names, as a file of
+    this run's own folders.
+
+    A path outside ``work_dir`` and ``checkpoint_dir`` (the work dir was
+    copied or moved, or the file was edited) is not followed: it is named
+    in a warning, and the file of the same name in ``checkpoint_dir`` is
+    taken if there is one.
+
+    Args:
+        work_dir (str): The work dir (it holds ``last_checkpoint``).
+        checkpoint_dir (str, optional): Where the run's checkpoints are (the
+            checkpoint hook's ``out_dir``); defaults to ``work_dir``.
+        logger: Where the warning goes (``print_log``'s argument).
+
+    Returns:
+        str | None: The path; None without ``last_checkpoint``, or when it
+        names a file outside this run's folders and none of that name is
+        in ``checkpoint_dir``.
+
+    Raises:
+        CheckpointError: ``last_checkpoint`` is empty.
+    """
+    checkpoint_dir = checkpoint_dir or work_dir
+    pointer = osp.join(work_dir, LAST_CHECKPOINT)
+    if not osp.isfile(pointer):
+        return None
+    with open(pointer) as file:
+        recorded = file.read().strip()
+    if not recorded:
+        raise CheckpointError(f'The file {pointer} is empty.')
+    if is_inside(recorded, work_dir):
+        return recorded
+    path = own_file(recorded, checkpoint_dir)
+    if path == recorded:
+        return recorded
+    where = f'outside this work dir, {work_dir}' + (
+        '' if checkpoint_dir == work_dir else
+        f', and its checkpoint folder, {checkpoint_dir}')
+    if path is not None:
+        message = (f'{pointer} names {recorded}, {where} (a copied or '
+                   f'moved work dir?): not followed; taking {path}, the '
+                   'file of that name in this work dir.')
+    else:
+        message = (f'{pointer} names {recorded}, {where}, and this work dir '
+                   f'has no {osp.basename(recorded)}: not followed (to '
+                   f'resume from it, pass --resume {recorded}).')
+    print_log(message, logger=logger, level=logging.WARNING)
+    return path
+
+
+def latest_checkpoint(work_dir: str,
+                      take_intact: bool = False,
+                      logger='current',
+                      checkpoint_dir: Optional[str] = None,
+                      verified: Optional[dict] = None) -> Optional[str]:
+    """The latest intact checkpoint of a work dir: the one ``--resume``
+    (without a path) resumes from, and the one a stopped run names.
+
+    The one ``last_checkpoint`` names (:func:`read_last_checkpoint`; without
+    that file, the newest of :func:`resumable_checkpoints`), if it is intact.
+    If it is missing or damaged, the newest intact one (in training
+    progress) is named in the error, or taken with ``take_intact``.
+
+    Args:
+        work_dir (str): The work dir.
+        take_intact (bool): Take the newest intact checkpoint when the
+            latest one is damaged (``--resume-intact``), with a warning.
+        logger: Where the warnings go (``print_log``'s argument).
+        checkpoint_dir (str, optional): Where the run's checkpoints are (the
+            checkpoint hook's ``out_dir``); defaults to ``work_dir``.
+        verified (dict, optional): Gets ``{path: (file_identity, digest)}``
+            of the returned checkpoint, which :func:`load_checkpoint_file`
+            then does not verify again.
+
+    Returns:
+        str | None: The path; None when the work dir holds no checkpoint.
+
+    Raises:
+        CheckpointError: The latest checkpoint is damaged and
+            ``take_intact`` is False, or no checkpoint is intact.
+    """
+    checkpoint_dir = checkpoint_dir or work_dir
+    problem = None
+    try:
+        latest = read_last_checkpoint(work_dir, checkpoint_dir, logger)
+    except CheckpointError as error:
+        latest, problem = None, str(error)
+    if latest is not None and '://' in latest:
+        return latest  # a remote out_dir: its loader checks the file
+    candidates = None
+    if latest is None and problem is None:
+        candidates = resumable_checkpoints(checkpoint_dir)
+        if not candidates:
+            return None
+        latest = candidates[0]
+
+    def intact(path) -> None:
+        digest = verify_checkpoint_file(path)  # raises if it is not
+        if verified is not None:
+            verified[path] = (file_identity(path), digest)
+
+    if latest is not None:
+        try:
+            intact(latest)
+            return latest
+        except CheckpointError as error:
+            problem = f'The latest checkpoint is unusable: {error}'
+    newest = None
+    if candidates is None:
+        candidates = resumable_checkpoints(checkpoint_dir)
+    for path in candidates:
+        if latest is not None and osp.abspath(path) == osp.abspath(latest):
+            continue
+        try:
+            intact(path)
+        except CheckpointError:
+            continue
+        newest = path
+        break
+    if newest is None:
+        raise CheckpointError(
+            f'Cannot resume in {work_dir}. {problem} No other intact '
+            'checkpoint (epoch_*.pth, iter_*.pth) is there.')
+    if not take_intact:
+        raise CheckpointError(
+            f'Cannot resume in {work_dir}. {problem} The newest intact '
+            f'checkpoint is {newest}: resume from it with --resume-intact '
+            f'(config: resume_intact = True) or --resume {newest}.')
+    print_log(
+        f'{problem} Resuming from the newest intact checkpoint, {newest} '
+        '(--resume-intact).', logger=logger, level=logging.WARNING)
+    return newest

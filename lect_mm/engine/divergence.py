@@ -4,7 +4,6 @@ model with NaN or infinite weights.
 mmengine trains on through a NaN loss: the run ends with exit status 0 and,
 with ``save_best``, a NaN model saved as the best checkpoint.
 """
-import os.path as osp
 from typing import Optional
 
 import torch
@@ -12,6 +11,8 @@ from mmengine.dist import all_reduce, is_distributed
 from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmpretrain.registry import HOOKS
+
+from .checkpoint_io import CheckpointError, latest_checkpoint
 
 
 class DivergenceError(RuntimeError):
@@ -82,19 +83,25 @@ class NonFiniteLossHook(Hook):
     def _diverged(self, runner, what: str,
                   iteration: int) -> DivergenceError:
         """The error; ``iteration`` counts from 1, as in the log."""
-        last = osp.join(runner.work_dir, 'last_checkpoint')
-        if osp.isfile(last):
-            with open(last) as f:
-                checkpoint = f'the last checkpoint, {f.read().strip()},'
+        checkpoint_dir = getattr(runner, 'checkpoint_dir', None)
+        try:
+            latest = latest_checkpoint(
+                runner.work_dir,
+                checkpoint_dir=checkpoint_dir() if checkpoint_dir else None)
+        except CheckpointError as problem:
+            saved = ('no checkpoint written before the divergence is '
+                     f'resumable as it is: {problem}')
         else:
-            checkpoint = 'no checkpoint'
+            saved = ('no checkpoint was written before the divergence'
+                     if latest is None else f'the last checkpoint, {latest}, '
+                     'was written before the divergence')
         where = f'iteration {iteration}'
         if getattr(runner.train_loop, 'max_epochs', None) is not None:
             where += f' (epoch {runner.epoch + 1})'
         return DivergenceError(
             f'Training diverged: {what} at {where}, learning rate '
             f'{_lr_text(runner)}. The run was stopped before saving this '
-            f'model; {checkpoint} was written before the divergence. Lower '
+            f'model; {saved}. Lower '
             'the learning rate (optim_wrapper.optimizer.lr) or clip the '
             'gradients (optim_wrapper.clip_grad); '
             'default_hooks.non_finite_loss.patience sets how many '

@@ -14,7 +14,10 @@ are put back when it returns. It reads six config keys besides the
   (:mod:`~lect_mm.engine.loading`); False loads what fits, with a warning.
 - ``resume_intact`` (default False, ``tools/train.py --resume-intact``):
   when the latest checkpoint is damaged, auto-resume takes the newest intact
-  ``epoch_*.pth``/``iter_*.pth`` instead of stopping.
+  ``epoch_*.pth``/``iter_*.pth`` (newest in training progress: each
+  checkpoint's own epoch and iteration) instead of stopping
+  (:func:`~lect_mm.engine.checkpoint_io.latest_checkpoint`; a
+  ``last_checkpoint`` naming a file outside the work dir is not followed).
 - ``lock_work_dir`` (default True): hold a
   :class:`~lect_mm.engine.workdir.WorkDirLock` while the run uses the work
   directory (rank 0 only; every rank raises if it is taken).
@@ -49,9 +52,8 @@ import copy
 import logging
 import os
 import os.path as osp
-import re
 import signal
-from typing import List, Optional
+from typing import Optional
 
 import torch
 from mmengine.dist import (barrier, broadcast_object_list, gather_object,
@@ -65,7 +67,7 @@ from lect_mm._warnings import silence_known_log_messages
 from .checkpoint_checks import CheckpointCheckHook
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
-                            load_checkpoint_verified, verify_checkpoint_file)
+                            latest_checkpoint, load_checkpoint_verified)
 from .errors import ConfigCheckHook
 from .loading import RUNNER_OPT_OUT, load_state_dict_checked, state_dict_of
 from .loops import LectEpochBasedTrainLoop
@@ -74,85 +76,10 @@ from .preemption import (DEFAULT_STOP_SIGNALS, IgnoreStopSignals, StopSignals,
 from .workdir import WorkDirInUseError, WorkDirLock
 from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
 
-_RESUMABLE = re.compile(r'^(?:epoch|iter)_(\d+)\.pth$')
-
-
-def resumable_checkpoints(work_dir: str) -> List[str]:
-    """The ``epoch_N.pth``/``iter_N.pth`` files of ``work_dir``, highest N
-    first (best checkpoints hold no optimizer state: not resumable)."""
-    if not osp.isdir(work_dir):
-        return []
-    found = []
-    for name in os.listdir(work_dir):
-        match = _RESUMABLE.match(name)
-        if match:
-            found.append((int(match[1]), osp.join(work_dir, name)))
-    return [path for _, path in sorted(found, reverse=True)]
-
-
-def find_resume_checkpoint(work_dir: str,
-                           take_intact: bool = False,
-                           logger=None) -> Optional[str]:
-    """The checkpoint that ``--resume`` (without a path) resumes from.
-
-    The one ``last_checkpoint`` names (or, without that file, the highest
-    ``epoch_N.pth``/``iter_N.pth``) if it is intact. If it is missing or
-    damaged, the newest intact one is named in the error, or taken with
-    ``take_intact``.
-
-    Returns:
-        str | None: The path; None when the work dir holds no checkpoint.
-
-    Raises:
-        CheckpointError: The latest checkpoint is damaged and
-            ``take_intact`` is False, or no checkpoint is intact.
-    """
-    candidates = resumable_checkpoints(work_dir)
-    pointer = osp.join(work_dir, 'last_checkpoint')
-    latest, problem = None, None
-    if osp.isfile(pointer):
-        with open(pointer) as file:
-            latest = file.read().strip() or None
-        if latest is None:
-            problem = f'The file {pointer} is empty.'
-        elif '://' in latest:
-            return latest  # a remote out_dir: its loader checks the file
-        elif not osp.exists(latest) and osp.exists(
-                osp.join(work_dir, osp.basename(latest))):
-            latest = osp.join(work_dir, osp.basename(latest))  # dir moved
-    elif candidates:
-        latest = candidates[0]
-    else:
-        return None
-    if latest is not None:
-        try:
-            verify_checkpoint_file(latest)
-            return latest
-        except CheckpointError as error:
-            problem = f'The latest checkpoint is unusable: {error}'
-    intact = None
-    for path in candidates:
-        if latest is not None and osp.abspath(path) == osp.abspath(latest):
-            continue
-        try:
-            verify_checkpoint_file(path)
-        except CheckpointError:
-            continue
-        intact = path
-        break
-    if intact is None:
-        raise CheckpointError(
-            f'Cannot resume in {work_dir}. {problem} No other intact '
-            'checkpoint (epoch_*.pth, iter_*.pth) is there.')
-    if not take_intact:
-        raise CheckpointError(
-            f'Cannot resume in {work_dir}. {problem} The newest intact '
-            f'checkpoint is {intact}: resume from it with --resume-intact '
-            f'(config: resume_intact = True) or --resume {intact}.')
-    if logger is not None:
-        logger.warning(f'{problem} Resuming from the newest intact '
-                       f'checkpoint, {intact} (--resume-intact).')
-    return intact
+#: ``--resume``'s name for :func:`~lect_mm.engine.checkpoint_io.
+#: latest_checkpoint`, the one answer to "the latest intact checkpoint of
+#: this work dir".
+find_resume_checkpoint = latest_checkpoint
 
 
 def _lock_work_dir(work_dir: str) -> Optional[WorkDirLock]:
@@ -240,6 +167,9 @@ class LectRunner(Runner):
     def __init__(self, *args, **kwargs):
         self._stop_signals = None
         self._loaded_checkpoint = None
+        # {path: (file identity, digest)} of the checkpoint --resume found
+        # intact: its load does not verify it again
+        self._verified = {}
         try:
             super().__init__(*args, **kwargs)
         except BaseException:
@@ -338,6 +268,12 @@ class LectRunner(Runner):
                 return hook
         return None
 
+    def checkpoint_dir(self) -> str:
+        """Where this run's checkpoints are: its
+        :class:`SafeCheckpointHook`'s folder, else the work dir."""
+        hook = self._checkpoint_hook()
+        return self.work_dir if hook is None else hook.checkpoint_dir(self)
+
     def _install_stop_signals(self) -> Optional[StopSignals]:
         """Install the handlers of ``stop_signals`` if this run can stop
         with a checkpoint; say so where it cannot."""
@@ -423,20 +359,16 @@ class LectRunner(Runner):
         if not isinstance(error, DiskFullError):
             error = DiskFullError(
                 error.filename or f'a file in {self.work_dir}', error)
-        pointer = osp.join(self.work_dir, 'last_checkpoint')
-        latest = None
-        if osp.isfile(pointer):
-            with open(pointer) as file:
-                latest = file.read().strip() or None
+        try:
+            latest = latest_checkpoint(self.work_dir, logger=self.logger,
+                                       checkpoint_dir=self.checkpoint_dir())
+        except CheckpointError as problem:
+            error.add_note(f'The run stopped at this first failed write. '
+                           f'{problem}')
+            return error
         if latest is None:
             error.add_note('The run stopped at this first failed write, '
                            'before it had written a checkpoint.')
-            return error
-        try:
-            verify_checkpoint_file(latest)
-        except CheckpointError as problem:
-            error.add_note(f'The run stopped at this first failed write. '
-                           f'Its latest checkpoint is unusable: {problem}')
             return error
         error.add_note(
             f'The run stopped at this first failed write; its last '
@@ -536,9 +468,9 @@ class LectRunner(Runner):
         if self._has_loaded:
             return
         if self._resume and self._load_from is None:
-            resume_from = find_resume_checkpoint(
+            resume_from = latest_checkpoint(
                 self.work_dir, bool(self.cfg.get('resume_intact', False)),
-                self.logger)
+                self.logger, self.checkpoint_dir(), self._verified)
             if resume_from is None:
                 self.logger.warning(
                     f'--resume: nothing to resume in {self.work_dir} (no '
@@ -569,7 +501,9 @@ class LectRunner(Runner):
             strict = bool(self.cfg.get('load_from_strict', True))
         # for hooks' messages (CheckpointCheckHook)
         self.checkpoint_file = filename
-        checkpoint = load_checkpoint_verified(filename, map_location)
+        verified, self._verified = self._verified, {}
+        checkpoint = load_checkpoint_verified(filename, map_location,
+                                              verified)
         if not isinstance(checkpoint, dict):
             raise CheckpointError(
                 f'Checkpoint {filename} holds a {type(checkpoint).__name__}, '

@@ -1,4 +1,5 @@
-"""One run per work directory: an OS file lock held while a run uses it.
+"""One run per work directory: an OS file lock held while a run uses it;
+which recorded paths lie in a run's own folders.
 
 :class:`WorkDirLock` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on
 ``WORK_DIR/.work_dir.lock`` and writes its holder (pid, host, start time,
@@ -7,12 +8,20 @@ drops the lock when the process ends, ``kill -9`` included, so it is never
 left stale (a forked data-loader worker holds it until it exits too).
 Without ``fcntl`` (Windows) the lock is a no-op. This module imports
 nothing heavy, so that a bare process can take the lock (tests do).
+
+A run writes, renames and deletes files in its own work dir (and its
+checkpoint hook's ``out_dir``) only. A work dir records absolute paths
+(``last_checkpoint``; a checkpoint's message hub: the best, last and stop
+checkpoints), which name another directory once the work dir is copied or
+moved, or when a run resumes from another work dir's checkpoint:
+:func:`is_inside` and :func:`own_file` tell such paths apart.
 """
 import os
 import os.path as osp
 import socket
 import sys
 import time
+from typing import Optional
 
 try:
     import fcntl
@@ -54,6 +63,31 @@ def _register_fork_hook() -> None:
 def fork_hook_registered() -> bool:
     """Whether this process has installed the lock's fork hook."""
     return bool(_FORK_HOOK)
+
+
+def is_inside(path: str, directory: str) -> bool:
+    """Whether ``path`` lies in ``directory`` (or below it).
+
+    Local paths are compared with symbolic links resolved; URLs (``s3://``)
+    as text.
+    """
+    path, directory = os.fspath(path), os.fspath(directory)
+    if '://' in path or '://' in directory:
+        return path.startswith(directory.rstrip('/') + '/')
+    directory = osp.realpath(directory)
+    return osp.commonpath([osp.realpath(path), directory]) == directory
+
+
+def own_file(path: str, directory: str) -> Optional[str]:
+    """``path`` as a file of ``directory``: ``path`` itself if it lies in
+    ``directory``; else the file of the same name in ``directory`` if there
+    is one (the work dir was copied or moved); else None."""
+    if is_inside(path, directory):
+        return path
+    if '://' in os.fspath(directory):
+        return None
+    same_name = osp.join(directory, osp.basename(os.fspath(path)))
+    return same_name if osp.isfile(same_name) else None
 
 
 class WorkDirInUseError(RuntimeError):

@@ -68,6 +68,31 @@ def test_written_checkpoint_loads_without_lect_mm(run_dir):
     assert 'lect_mm_sha256' not in str(list(ckpt))
 
 
+def test_resume_verifies_its_checkpoint_once(run_dir, tmp_path,
+                                             monkeypatch):
+    """--resume finds the latest checkpoint intact and loads it: its bytes
+    are hashed once, not once to find it and once to load it."""
+    work_dir = tmp_path / 'run'
+    shutil.copytree(run_dir, work_dir)
+    (work_dir / 'last_checkpoint').write_text(str(work_dir / 'epoch_1.pth'))
+    hashed = []
+    records_digest = checkpoint_io._records_digest
+
+    def counting(archive, skip):
+        hashed.append(os.path.basename(archive.filename or ''))
+        return records_digest(archive, skip)
+
+    monkeypatch.setattr(checkpoint_io, '_records_digest', counting)
+    runner = RUNNERS.build(
+        tiny_cfg(work_dir, 'io_resume_once', resume=True,
+                 train_cfg=dict(max_epochs=2),
+                 train_dataloader=dict(dataset=dict(indices=16)),
+                 log_level='WARNING'))
+    runner.train()
+    assert runner.epoch == 2
+    assert hashed.count('epoch_1.pth') == 1
+
+
 def _empty(path, record):
     open(path, 'wb').close()
 

@@ -57,7 +57,7 @@ from lect_mm._warnings import silence_known_log_messages
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
                             load_checkpoint_verified, verify_checkpoint_file)
-from .errors import ConfigCheckHook
+from .config_check_hook import ConfigCheckHook
 from .loading import RUNNER_OPT_OUT, load_state_dict_checked, state_dict_of
 from .loops import LectEpochBasedTrainLoop
 from .preemption import (DEFAULT_STOP_SIGNALS, IgnoreStopSignals, StopSignals,

@@ -6,13 +6,13 @@ from copy import deepcopy
 
 import lect_mm  # noqa: F401,I001  (first: registers modules, lect_mm::)
 import mmengine
-from mmengine.config import Config, ConfigDict, DictAction
+from mmengine.config import ConfigDict, DictAction
 from mmengine.evaluator import DumpResults
 
 from lect_mm.engine.cli import (exit_launched_process, parse_launcher_args,
                                 runner_context, set_dataloader_defaults,
                                 set_work_dir)
-from lect_mm.engine.errors import merge_cfg_options
+from lect_mm.engine.config_input import load_config, merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -129,7 +129,7 @@ def merge_tta(cfg):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = Config.fromfile(args.config)
+    cfg = load_config(args.config)
     cfg = merge_args(cfg, args)
 
     with runner_context(cfg) as runner:

@@ -6,12 +6,12 @@ import os.path as osp
 import time
 
 import lect_mm  # noqa: F401,I001  (first: registers modules, lect_mm::)
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 
 from lect_mm.engine.cli import (exit_launched_process, parse_launcher_args,
                                 runner_context, set_dataloader_defaults,
                                 set_work_dir)
-from lect_mm.engine.errors import merge_cfg_options
+from lect_mm.engine.config_input import load_config, merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -114,7 +114,7 @@ def merge_args(cfg, args):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = Config.fromfile(args.config)
+    cfg = load_config(args.config)
     cfg = merge_args(cfg, args)
 
     start = time.time()

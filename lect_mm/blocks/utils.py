@@ -10,7 +10,7 @@ be named without passing it arguments it does not know.
 import copy
 import inspect
 import numbers
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -20,32 +20,12 @@ from mmcv.cnn.bricks.transformer import FFN
 from mmengine.utils import to_2tuple
 from mmpretrain.registry import MODELS
 
-
-def init_arguments(cls: type) -> List[str]:
-    """The keyword arguments a class's ``__init__`` accepts, in order.
-
-    An ``__init__`` that takes ``**kwargs`` is taken to pass them to its
-    base class (as CeiTLeFF to LeFFN, a backbone to ZooBackbone), whose
-    named arguments then follow; ``nn.Module``'s accepts none.
-    """
-    names = []
-    for klass in cls.__mro__:
-        if klass in (nn.Module, object) or '__init__' not in vars(klass):
-            continue
-        params = inspect.signature(vars(klass)['__init__']).parameters
-        names += [
-            name for name, p in params.items()
-            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-            and name != 'self' and name not in names
-        ]
-        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            break
-    return names
+from lect_mm.utils import init_arguments
 
 
 def accepted_args(type_) -> set:
     """Names accepted by the ``__init__`` of a registered type
-    (:func:`init_arguments`).
+    (:func:`lect_mm.utils.init_arguments`).
 
     Args:
         type_ (str | type): A registered name or the class itself.

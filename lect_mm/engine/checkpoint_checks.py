@@ -21,7 +21,7 @@ from mmengine.hooks import Hook
 from mmengine.runner import BaseLoop
 from mmpretrain.registry import HOOKS
 
-from .errors import ConfigMismatchError
+from .config_tree import ConfigMismatchError
 
 __all__ = ['CheckpointCheckHook', 'RESUME_SCHEDULE_CHOICES']
 

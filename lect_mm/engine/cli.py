@@ -1,8 +1,9 @@
 """What ``tools/train.py`` and ``tools/test.py`` share.
 
 The launcher arguments (and the ``LOCAL_RANK`` export), the work directory
-fallback, the dataloader defaults and the building of the runner, inside
-:func:`~lect_mm.engine.distributed_context` and
+fallback, the dataloader defaults and the building of the runner: the
+config checked first (:func:`~lect_mm.engine.check_config`), then built
+inside :func:`~lect_mm.engine.distributed_context` and
 :func:`~lect_mm.engine.explain_config_errors`.
 """
 import argparse
@@ -19,8 +20,10 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 from lect_mm._warnings import silence_known_log_messages
+from .config_check_hook import ConfigCheckHook, explain_empty_epoch
+from .config_tree import (ConfigMismatchError, check_config,
+                          explain_config_errors)
 from .dist import LAUNCHERS, distributed_context
-from .errors import ConfigCheckHook, explain_config_errors
 
 
 def parse_launcher_args(parser: argparse.ArgumentParser,
@@ -161,10 +164,11 @@ def set_unique_experiment_name(cfg: Config) -> None:
 def runner_context(cfg: Config) -> Iterator[Runner]:
     """Build the runner of ``cfg`` and hand it to the ``with`` body.
 
-    Building and the body run inside
+    The config is checked first (:func:`~lect_mm.engine.check_config`);
+    building and the body run inside
     :func:`~lect_mm.engine.distributed_context` (CPU DDP, process group
     torn down) and :func:`~lect_mm.engine.explain_config_errors` (config
-    mistakes named), and the runner gets a
+    mistakes named; an epoch of no iterations too), and the runner gets a
     :class:`~lect_mm.engine.ConfigCheckHook` (classes and head width checked
     before the first iteration). ``cfg.runner_type`` picks a registered
     runner; without it mmengine's :class:`~mmengine.runner.Runner` is used.
@@ -176,6 +180,7 @@ def runner_context(cfg: Config) -> Iterator[Runner]:
         Runner: The runner, its logger quieted of known deprecation lines.
     """
     set_unique_experiment_name(cfg)
+    check_config(cfg)
     with distributed_context(cfg), explain_config_errors(cfg):
         if 'runner_type' not in cfg:
             runner = Runner.from_cfg(cfg)
@@ -184,4 +189,10 @@ def runner_context(cfg: Config) -> Iterator[Runner]:
         silence_known_log_messages(runner.logger)
         if not any(isinstance(h, ConfigCheckHook) for h in runner.hooks):
             runner.register_hook(ConfigCheckHook())
-        yield runner
+        try:
+            yield runner
+        except AssertionError as error:
+            problem = explain_empty_epoch(error, runner)
+            if problem is None:
+                raise
+            raise ConfigMismatchError(problem) from error

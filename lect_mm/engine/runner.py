@@ -68,7 +68,7 @@ from .checkpoint_checks import CheckpointCheckHook
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
                             latest_checkpoint, load_checkpoint_verified)
-from .errors import ConfigCheckHook
+from .config_check_hook import ConfigCheckHook
 from .loading import RUNNER_OPT_OUT, load_state_dict_checked, state_dict_of
 from .loops import LectEpochBasedTrainLoop
 from .preemption import (DEFAULT_STOP_SIGNALS, IgnoreStopSignals, StopSignals,

@@ -352,7 +352,7 @@ def test_without_class_lists_the_settings_must_agree():
 def test_empty_epoch_names_size_batch_ranks_and_drop_last():
     from torch.utils.data import DataLoader
 
-    from lect_mm.engine.errors import empty_epoch_problem
+    from lect_mm.engine import empty_epoch_problem
     assert empty_epoch_problem(
         'train_dataloader', DataLoader(list(range(3)), batch_size=4)) is None
     assert empty_epoch_problem(
@@ -366,3 +366,21 @@ def test_empty_epoch_names_size_batch_ranks_and_drop_last():
             'kept), or add samples.')
     assert 'has no samples' in empty_epoch_problem(
         'val_dataloader', DataLoader([], batch_size=4))
+
+
+def test_the_engine_imports_no_block_or_model():
+    """The engine explains configs with registries and signatures only: no
+    module of lect_mm.engine imports lect_mm.blocks or lect_mm.models."""
+    import ast
+    import glob
+    engine = osp.join(REPO, 'lect_mm', 'engine')
+    imported = set()
+    for path in glob.glob(osp.join(engine, '*.py')):
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    assert 'lect_mm.utils' in imported
+    assert not [m for m in imported
+                if m.startswith(('lect_mm.blocks', 'lect_mm.models'))]

@@ -1,0 +1,364 @@
+"""Config mistakes named by their config path, found in the config tree
+with the registries and the constructors' signatures.
+
+- :func:`check_config` runs before anything is built (``tools/train.py``
+  and ``tools/test.py``, see :func:`~lect_mm.engine.cli.runner_context`):
+  a ``type`` no registry knows but close to one that it knows (a ``type``
+  may also name something other than a class, as the targets of
+  mmpretrain's ``LoRAModel``), a string where a constructor's argument is
+  annotated as a number (``lr='abc'``), a ``default_hooks`` entry without
+  a ``type`` (a misspelt hook name) and a ``train_cfg`` of no epoch or
+  iteration.
+- :func:`explain_config_errors` turns a failed build into a
+  :class:`ConfigError`: the class and argument (or type) the error names
+  are looked up in the config tree, which gives the config path, close
+  names and the valid arguments, at any depth, including the block configs
+  a backbone merges itself (LeCT's ``attn_cfg``). Errors it cannot trace
+  back to the config pass through unchanged.
+"""
+import difflib
+import inspect
+import re
+import types
+import typing
+from contextlib import contextmanager
+from typing import Iterator, List, Optional, Tuple
+
+import torch
+from mmengine.registry import Registry
+
+from lect_mm.utils import init_arguments
+
+_UNKNOWN_TYPE = re.compile(
+    r"(?P<name>[\w.:]+)'? is not in the (?P<registry>[\w:.]+) registry")
+_UNEXPECTED_ARG = re.compile(
+    r"(?P<cls>\w+)(?:\.__init__)?\(\) got an unexpected keyword argument "
+    r"'(?P<key>\w+)'")
+# mmengine's default hooks, which default_hooks updates by name
+DEFAULT_HOOKS = ('runtime_info', 'timer', 'sampler_seed', 'logger',
+                 'param_scheduler', 'checkpoint')
+MISSING = object()
+
+
+class ConfigError(KeyError, TypeError, ValueError):
+    """A config names a type or an argument that does not exist, or gives
+    an argument a value it cannot take.
+
+    Subclasses ``KeyError``, ``TypeError`` and ``ValueError`` (the errors
+    mmengine and the constructors raise for the same mistakes), so existing
+    handlers still catch it.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ConfigMismatchError(ValueError):
+    """Config values that do not fit the data or each other (the head's
+    ``num_classes`` or ``in_channels``, class lists that differ between the
+    splits, a batch size that leaves an epoch empty), found by
+    :class:`~lect_mm.engine.ConfigCheckHook`.
+
+    A ``ValueError``: mmengine re-wraps a ``TypeError`` raised in a hook.
+    """
+
+
+# ------------------------------------------------------------ the tree
+def walk(node, path: str = '') -> Iterator[Tuple[str, dict]]:
+    """Yield ``(dotted path, dict)`` for every dict in a nested config."""
+    if isinstance(node, dict):
+        yield path, node
+        for key, value in node.items():
+            yield from walk(value, join(path, str(key)))
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from walk(value, f'{path}[{i}]')
+
+
+def join(path: str, key: str) -> str:
+    return f'{path}.{key}' if path else key
+
+
+def as_dict(cfg):
+    return cfg.to_dict() if hasattr(cfg, 'to_dict') else cfg
+
+
+def lookup(cfg, dotted: str):
+    """The value at ``a.b.c`` in ``cfg``, or ``MISSING``."""
+    node = cfg
+    for key in dotted.split('.'):
+        if not isinstance(node, dict) or key not in node:
+            return MISSING
+        node = node[key]
+    return node
+
+
+# ------------------------------------------------------------ registries
+def _registries() -> List[Registry]:
+    """mmpretrain's registries, then mmengine's (those without an
+    mmpretrain child too, as ``FUNCTIONS``)."""
+    import mmengine.registry
+    import mmpretrain.registry
+    return [
+        obj for module in (mmpretrain.registry, mmengine.registry)
+        for obj in vars(module).values() if isinstance(obj, Registry)
+    ]
+
+
+def _names_in(registry: Registry) -> set:
+    names = set()
+    while registry is not None:
+        names |= set(registry.module_dict)
+        registry = registry.parent
+    return names
+
+
+def find_class(name):
+    """The class (or function) registered as ``name`` anywhere, or None."""
+    if not isinstance(name, str):
+        return name
+    for registry in _registries():
+        registry.import_from_location()  # what registers on first use
+        if name in registry.module_dict:
+            return registry.module_dict[name]
+    for registry in _registries() if '.' in name else ():
+        try:  # a scope ('mmpretrain.ResNet') or a module path
+            found = registry.get(name)
+        except Exception:  # a malformed name: not registered
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
+def _is_named(obj, cls_name: str) -> bool:
+    """Whether ``obj`` is, or inherits from, a class called ``cls_name``."""
+    if inspect.isclass(obj):
+        return any(c.__name__ == cls_name for c in inspect.getmro(obj))
+    return getattr(obj, '__name__', None) == cls_name
+
+
+def _name(type_) -> str:
+    return type_ if isinstance(type_, str) else getattr(
+        type_, '__name__', repr(type_))
+
+
+def suggest(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, sorted(candidates), n=3)
+    return f' Did you mean {" or ".join(map(repr, close))}?' if close else ''
+
+
+def _valid_arguments(cls) -> List[str]:
+    try:
+        if inspect.isclass(cls):
+            return init_arguments(cls)  # with the base's, through **kwargs
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [
+        p.name for p in params
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+
+
+def _numbers_only(cls, key: str) -> Optional[List[str]]:
+    """The types the annotation of ``cls``'s argument ``key`` names, when
+    they are numbers (``int``, ``float``, tensors; ``None``) only; else
+    None (no annotation, or one that admits other values)."""
+    try:
+        hint = typing.get_type_hints(
+            cls.__init__ if inspect.isclass(cls) else cls).get(key)
+    except Exception:  # an annotation that does not evaluate
+        return None
+    leaves, todo = [], [hint]
+    while todo:
+        hint = todo.pop()
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):
+            todo += typing.get_args(hint)
+        elif hint not in (int, float, torch.Tensor, type(None)):
+            return None
+        else:
+            leaves.append('None' if hint is type(None) else hint.__name__)
+    return sorted(set(leaves)) if set(leaves) - {'None'} else None
+
+
+# ------------------------------------------------------------ before a build
+def _unknown_type(cfg: dict, name: Optional[str] = None,
+                  registry_name: Optional[str] = None,
+                  misspelt: bool = False) -> Optional[str]:
+    """A ``type`` no registry knows (``name``, or the first in the tree;
+    with ``misspelt``, the first close to a registered name), named with
+    its config paths."""
+    candidates = set()
+    for registry in _registries():
+        if registry_name in (None, f'{registry.scope}::{registry.name}'):
+            candidates |= _names_in(registry)
+    paths = {}
+    for path, node in walk(cfg):
+        type_ = node.get('type')
+        if isinstance(type_, str) and (
+                type_ == name if name else find_class(type_) is None and (
+                    not misspelt or suggest(type_, candidates))):
+            paths.setdefault(type_, []).append(join(path, 'type'))
+    if not paths:
+        return None
+    name, where = next(iter(paths.items()))
+    registered = (f'in the {registry_name} registry'
+                  if registry_name else 'registered')
+    return (f"type='{name}' (at {', '.join(where)}) is not {registered}."
+            f'{suggest(name, candidates)} If it is your own class, check '
+            'that the module that registers it is imported (config key '
+            "'custom_imports').")
+
+
+def _string_argument(cfg: dict) -> Optional[str]:
+    """A string given to an argument annotated as a number (``lr='abc'``:
+    ``--cfg-options`` leaves what is not a number a string)."""
+    for path, node in walk(cfg):
+        strings = [(k, v) for k, v in node.items()
+                   if isinstance(v, str) and k != 'type']
+        cls = find_class(node['type']) if strings and 'type' in node else None
+        for key, value in strings if cls is not None else ():
+            expected = _numbers_only(cls, key)
+            if expected:
+                return (f'{join(path, key)}={value!r}: {_name(cls)} takes '
+                        f'{" or ".join(expected)} for {key!r}, not a string.')
+    return None
+
+
+def _untyped_hook(cfg: dict) -> Optional[str]:
+    hooks = cfg.get('default_hooks')
+    for name, hook in (hooks.items() if isinstance(hooks, dict) else ()):
+        if isinstance(hook, dict) and 'type' not in hook:
+            names = set(DEFAULT_HOOKS) | {
+                n for n, h in hooks.items() if isinstance(h, dict)
+                and 'type' in h
+            }
+            return (f'default_hooks.{name} = {hook} names no hook type: a '
+                    "default hook is one of mmengine's, updated by name "
+                    f'({", ".join(DEFAULT_HOOKS)}), or a new one with a '
+                    f'type.{suggest(name, names)}')
+    return None
+
+
+def _empty_training(cfg: dict) -> Optional[str]:
+    loop = cfg.get('train_cfg')
+    for key in ('max_epochs', 'max_iters'):
+        value = loop.get(key, MISSING) if isinstance(loop, dict) else MISSING
+        if value is not MISSING and (isinstance(value, bool) or not (
+                isinstance(value, int) and value > 0)):
+            unit = 'epochs' if key == 'max_epochs' else 'iterations'
+            return (f'train_cfg.{key}={value!r}: the training loop needs a '
+                    f'positive whole number of {unit}; with {value!r} it '
+                    'would train nothing.')
+    return None
+
+
+def check_config(cfg) -> None:
+    """Raise :class:`ConfigError` for the mistakes ``cfg`` shows before
+    anything is built: a misspelt ``type``, a string given to an
+    argument annotated as a number, a ``default_hooks`` entry without
+    a ``type`` and a ``train_cfg.max_epochs`` / ``max_iters`` that is not a
+    positive integer.
+
+    Args:
+        cfg (Config | dict): The full config.
+    """
+    cfg = as_dict(cfg)
+    problem = (_unknown_type(cfg, misspelt=True) or _untyped_hook(cfg)
+               or _empty_training(cfg) or _string_argument(cfg))
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+# ------------------------------------------------------------ after a build
+def _unexpected_argument(cfg: dict, cls_name: str,
+                         key: str) -> Optional[str]:
+    """``key``, which class ``cls_name`` does not take, named with the
+    config paths of the dicts that give it: those whose ``type`` is that
+    class (or a subclass) and those without a ``type`` (a block config the
+    code merges, as LeCT's ``attn_cfg``)."""
+    paths, cls = [], None
+    for path, node in walk(cfg):
+        if key not in node:
+            continue
+        found = find_class(node['type']) if 'type' in node else None
+        if 'type' not in node or _is_named(found, cls_name):
+            paths.append(join(path, key))
+            cls = cls or found
+    cls = cls or find_class(cls_name)
+    # The class the config chose (the message may name the base class
+    # that defines __init__, e.g. _BatchNorm for BatchNorm2d).
+    shown = cls.__name__ if inspect.isclass(cls) and _is_named(
+        cls, cls_name) else cls_name
+    params = _valid_arguments(cls) if cls is not None else []
+    close = difflib.get_close_matches(key, params, n=1)
+    hint = (f' Did you mean {close[0]!r}?' if close else '') + (
+        f' Valid arguments of {shown}: {", ".join(params)}.'
+        if params else '')
+    if paths:
+        also = f' Also given at {", ".join(paths[1:])}.' if paths[1:] else ''
+        return f"{paths[0]}: {shown} has no argument '{key}'.{hint}{also}"
+    # Not in the config: the code that builds the class passed it.
+    typed = [(path, node) for path, node in walk(cfg) if 'type' in node]
+    where = [path for path, node in typed
+             if _is_named(find_class(node['type']), cls_name)]
+    if not where:
+        return None
+    chain = [
+        _name(node['type']) for path, node in typed
+        if where[0] == path or where[0].startswith((f'{path}.', f'{path}['))
+        or not path
+    ]
+    return (f"{shown} has no argument '{key}', which the code that builds "
+            f'it passes ({" > ".join(chain)}), not the config. The config '
+            f'names {shown} at {", ".join(join(p, "type") for p in where)}; '
+            f"choose a type there that takes '{key}'.{hint}")
+
+
+def explain_config_error(error: Exception, cfg) -> Optional[str]:
+    """Explain a build error in terms of ``cfg``, or return None.
+
+    Args:
+        error (Exception): The error raised while building from ``cfg``.
+        cfg (Config | dict): The config that was being built.
+
+    Returns:
+        str | None: The explanation, or None when the error is not a
+        misspelt type / unknown argument found in ``cfg``.
+    """
+    if not isinstance(error, (KeyError, TypeError, AttributeError,
+                              ValueError)):
+        return None
+    cfg, text = as_dict(cfg), str(error.args[0]) if error.args else ''
+    match = _UNEXPECTED_ARG.search(text)
+    if isinstance(error, TypeError) and match is not None:
+        return _unexpected_argument(cfg, match['cls'], match['key'])
+    match = _UNKNOWN_TYPE.search(text)
+    if isinstance(error, KeyError) and match is not None:
+        return _unknown_type(cfg, match['name'], match['registry'])
+    # a constructor that looked the type up itself and failed on None
+    return _unknown_type(cfg) if 'None' in text else None
+
+
+@contextmanager
+def explain_config_errors(cfg):
+    """Re-raise config mistakes from the body as :class:`ConfigError`.
+
+    Example:
+        >>> with explain_config_errors(cfg):
+        ...     runner = Runner.from_cfg(cfg)
+        ...     runner.train()
+
+    Args:
+        cfg (Config | dict): The config the body builds from.
+    """
+    try:
+        yield
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        explanation = None
+        if not isinstance(error, (ConfigError, ConfigMismatchError)):
+            explanation = explain_config_error(error, cfg)
+        if explanation is None:
+            raise
+        raise ConfigError(explanation) from error

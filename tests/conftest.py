@@ -264,3 +264,15 @@ def largest_tensor_record():
     """``largest_tensor_record(path)``: where a checkpoint's biggest tensor
     lies in the file, for tests that damage it."""
     return _largest_tensor_record
+
+
+@pytest.fixture(scope='session')
+def train_tool(load_script):
+    """``tools/train.py`` as a module (its ``main(argv)``)."""
+    return load_script('tools/train.py')
+
+
+@pytest.fixture(scope='session')
+def test_tool(load_script):
+    """``tools/test.py`` as a module (its ``main(argv)``)."""
+    return load_script('tools/test.py')

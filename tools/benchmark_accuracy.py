@@ -485,12 +485,26 @@ def compare_pairs(by_model: Dict[str, List[dict]]) -> List[dict]:
     return rows
 
 
+def _axes():
+    """A figure of the report's size and its axes."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(6.4, 4.4), dpi=100)
+    return fig, fig.subplots()
+
+
+def _save(fig, ax, title: str, out_png: str) -> None:
+    """Title, grid and legend as every plot of the report has them."""
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out_png)
+
+
 def plot_data_efficiency(sizes_by_model: Dict[str, Dict[int, List[float]]],
                          out_png: str, title: str) -> None:
     """Top-1 (mean ± SD over seeds) against training-set size."""
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(6.4, 4.4), dpi=100)
-    ax = fig.subplots()
+    fig, ax = _axes()
     for i, (model, sizes) in enumerate(sizes_by_model.items()):
         xs = sorted(sizes)
         stats = [mean_sd(sizes[n]) for n in xs]
@@ -500,20 +514,14 @@ def plot_data_efficiency(sizes_by_model: Dict[str, Dict[int, List[float]]],
     ax.set_xscale('log')
     ax.set_xlabel('training images (equal optimizer steps)')
     ax.set_ylabel('test top-1 (%)')
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_png)
+    _save(fig, ax, title, out_png)
 
 
 def plot_cost(by_model: Dict[str, List[dict]], out_png: str,
               title: str) -> None:
     """Top-1 against training CPU time: one point per run, the mean
     marked."""
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(6.4, 4.4), dpi=100)
-    ax = fig.subplots()
+    fig, ax = _axes()
     for i, (model, runs) in enumerate(by_model.items()):
         color = f'C{i % 10}'
         minutes = [r.get('train_cpu_seconds', 0.) / 60 for r in runs]
@@ -523,11 +531,7 @@ def plot_cost(by_model: Dict[str, List[dict]], out_png: str,
                    color=color, marker='D', s=40, label=MODELS[model])
     ax.set_xlabel('training CPU time (min, this machine)')
     ax.set_ylabel('test top-1 (%)')
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_png)
+    _save(fig, ax, title, out_png)
 
 
 def plot(results: List[dict], work_root: str, out_png: str) -> str:
@@ -810,9 +814,7 @@ def resolution_rows(runs_by_size: Dict[int, List[dict]]) -> List[dict]:
 def plot_resolution(runs_by_size: Dict[int, List[dict]], out_png: str,
                     title: str) -> None:
     """Top-1 (mean ± SD over seeds) of each model against input size."""
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(6.4, 4.4), dpi=100)
-    ax = fig.subplots()
+    fig, ax = _axes()
     sizes = sorted(runs_by_size)
     for i, model in enumerate(MODELS):
         points = []
@@ -829,11 +831,7 @@ def plot_resolution(runs_by_size: Dict[int, List[dict]], out_png: str,
     ax.set_xticks(sizes)
     ax.set_xlabel('input size (pixels per side)')
     ax.set_ylabel('test top-1 (%), mean ± SD over seeds')
-    ax.set_title(title, fontsize=10)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out_png)
+    _save(fig, ax, title, out_png)
 
 
 def write_resolution_report(out_dir: str,

@@ -10,6 +10,7 @@ import os.path as osp
 import pickle
 
 import pytest
+from cli_utils import log_text
 
 from lect_mm.engine import ConfigMismatchError
 
@@ -34,23 +35,6 @@ val_dataloader = dict(batch_size=3, dataset=dict(
 test_dataloader = dict(batch_size=3, dataset=dict(
     _delete_=True, data_prefix='test', **split))
 '''
-
-
-@pytest.fixture(scope='module')
-def train_tool(load_script):
-    return load_script('tools/train.py')
-
-
-@pytest.fixture(scope='module')
-def test_tool(load_script):
-    return load_script('tools/test.py')
-
-
-def _log_text(work_dir):
-    return ''.join(
-        open(osp.join(root, f)).read()
-        for root, _, files in os.walk(work_dir) for f in files
-        if f.endswith('.log'))
 
 
 def _lrs(work_dir):
@@ -160,7 +144,7 @@ def test_resume_on_other_classes_stops_and_load_from_warns(
         '--cfg-options', f'load_from={checkpoint}', 'train_cfg.max_epochs=1',
         'experiment_name=classes_load_from'])
     assert runner.epoch == 1
-    assert "load_from: Checkpoint" in _log_text(tmp_path / 'work')
+    assert "load_from: Checkpoint" in log_text(tmp_path / 'work')
 
 
 # ------------------------------------------------------------ schedule
@@ -209,7 +193,7 @@ def test_resume_with_a_longer_schedule_follows_the_config(
         expected = 1e-5 + (1e-3 - 1e-5) * (
             1 + math.cos(math.pi * (step - 3) / 6)) / 2
         assert lrs[step] == pytest.approx(expected, rel=1e-9), step
-    log = _log_text(work_dir)
+    log = log_text(work_dir)
     assert (f"Resuming from {checkpoint}: the config's parameter schedule "
             'differs from the one the checkpoint holds (checkpoint -> '
             'config): param_scheduler[1] (CosineAnnealingLR): T_max 2 -> 6, '
@@ -230,7 +214,7 @@ def test_resume_with_a_longer_schedule_follows_the_config(
     assert sorted(resumed) == [5, 6, 7, 8]
     assert len(set(resumed.values())) == 1
     assert "resume_schedule='checkpoint': the checkpoint's schedule goes " \
-        'on' in _log_text(other)
+        'on' in log_text(other)
     with pytest.raises(ConfigMismatchError) as info:
         train_tool.main([
             str(config), '--work-dir', str(other), '--no-validate',

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 import torch
+from cli_utils import log_text
 from mmengine.config import Config
 from mmpretrain.apis import get_model
 
@@ -50,13 +51,6 @@ def restored_local_rank():
     os.environ.pop('LOCAL_RANK', None)
     if saved is not None:
         os.environ['LOCAL_RANK'] = saved
-
-
-def _log_text(work_dir):
-    return ''.join(
-        open(osp.join(root, f)).read()
-        for root, _, files in os.walk(work_dir) for f in files
-        if f.endswith('.log'))
 
 
 @pytest.fixture(scope='module')
@@ -153,7 +147,7 @@ def test_load_from_another_head_fails_and_the_opt_out_fine_tunes(
         train_tool.main(args)
     runner = train_tool.main(args + ['load_from_strict=False'])
     assert runner.epoch == 1
-    assert 'does not fit the model' in _log_text(str(tmp_path))
+    assert 'does not fit the model' in log_text(str(tmp_path))
 
 
 # ------------------------------------------------------------- --resume
@@ -164,8 +158,8 @@ def test_resume_with_nothing_to_resume_says_so(tmp_path):
                               f'experiment_name={tmp_path.name}'])
     assert runner.epoch == 1
     assert (f'--resume: nothing to resume in {work_dir}'
-            in _log_text(work_dir))
-    assert 'training starts from scratch' in _log_text(work_dir)
+            in log_text(work_dir))
+    assert 'training starts from scratch' in log_text(work_dir)
 
 
 def test_resume_from_a_path_that_does_not_exist(tmp_path):
@@ -197,4 +191,4 @@ def test_resume_on_a_damaged_latest_checkpoint(trained, tmp_path,
     runner = train_tool.main(args + ['--resume-intact'])
     assert runner.epoch == 2
     assert f'Resuming from the newest intact checkpoint, {intact}' in \
-        _log_text(str(work_dir))
+        log_text(str(work_dir))

@@ -13,11 +13,6 @@ REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(REPO, 'tests', 'test_engine', 'data', 'tiny_digits.py')
 
 
-@pytest.fixture(scope='module')
-def train_tool(load_script):
-    return load_script('tools/train.py')
-
-
 @pytest.fixture(autouse=True)
 def restored_local_rank(monkeypatch):
     monkeypatch.setenv('LOCAL_RANK', '0')  # parse_args exports it

@@ -39,11 +39,6 @@ test_dataloader = val_dataloader
 '''
 
 
-@pytest.fixture(scope='module')
-def train_tool(load_script):
-    return load_script('tools/train.py')
-
-
 def _train(train_tool, tmp_path, config, *options):
     """Run tools/train.py on ``config`` (a path, or the text of a config
     written to ``tmp_path``) in ``tmp_path/work``."""

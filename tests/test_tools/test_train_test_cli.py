@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 import torch
+from cli_utils import log_text
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
 
@@ -15,24 +16,6 @@ REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(REPO, 'tests', 'test_engine', 'data', 'tiny_digits.py')
 cpu_only = pytest.mark.skipif(
     torch.cuda.is_available(), reason='tests the CPU path')
-
-
-@pytest.fixture(scope='module')
-def train_tool(load_script):
-    return load_script('tools/train.py')
-
-
-@pytest.fixture(scope='module')
-def test_tool(load_script):
-    return load_script('tools/test.py')
-
-
-def _log_text(work_dir):
-    logs = [
-        osp.join(root, f) for root, _, files in os.walk(work_dir)
-        for f in files if f.endswith('.log')
-    ]
-    return ''.join(open(f).read() for f in logs)
 
 
 # ------------------------------------------------------------ command line
@@ -103,7 +86,7 @@ def test_train_writes_checkpoints(trained):
     files = os.listdir(trained)
     assert 'epoch_1.pth' in files
     assert 'best_accuracy_top1_epoch_1.pth' in files
-    assert 'Training took' in _log_text(trained)
+    assert 'Training took' in log_text(trained)
 
 
 def test_test_tool_on_a_written_checkpoint(test_tool, trained, tmp_path):
@@ -126,7 +109,7 @@ def test_resume_and_load_from_a_written_checkpoint(train_tool, trained,
         'train_cfg.max_epochs=2', 'experiment_name=cli_resume'
     ])
     assert runner.epoch == 2
-    assert 'resumed epoch: 1, iter: 4' in _log_text(resumed_dir)
+    assert 'resumed epoch: 1, iter: 4' in log_text(resumed_dir)
     assert osp.isfile(osp.join(resumed_dir, 'epoch_2.pth'))
 
     loaded_dir = str(tmp_path / 'loaded')
@@ -137,7 +120,7 @@ def test_resume_and_load_from_a_written_checkpoint(train_tool, trained,
         'experiment_name=cli_load'
     ])
     assert runner.epoch == 1
-    assert f'Load checkpoint from {ckpt}' in _log_text(loaded_dir)
+    assert f'Load checkpoint from {ckpt}' in log_text(loaded_dir)
 
 
 # --------------------------------------------------------------- --amp
@@ -177,7 +160,7 @@ def test_amp_training_on_cpu_runs_under_bf16(train_tool, tmp_path):
     assert all(p.dtype == torch.float32 for p in runner.model.parameters())
     assert osp.isfile(osp.join(str(tmp_path), 'epoch_1.pth'))
     # the run's log says once what --amp does on the CPU
-    log = _log_text(str(tmp_path))
+    log = log_text(str(tmp_path))
     assert log.count('AMP on the CPU: forward passes run under bfloat16 '
                      'autocast, without loss scaling') == 1
 
@@ -237,7 +220,7 @@ def test_too_few_classes_stop_before_the_first_iteration(train_tool,
         "needs 10 ('0', '1', '2', '3', '4', '5', '6', '7', ... (10 in all)): "
         'the first loss would fail with "Target 9 is out of bounds". Set '
         'model.head.num_classes=10.')
-    assert 'Epoch(train)' not in _log_text(str(tmp_path))
+    assert 'Epoch(train)' not in log_text(str(tmp_path))
 
 
 # ------------------------------------------------------------------ CI
@@ -281,7 +264,7 @@ def test_compile_switch_trains_with_backbone_and_neck_compiled(
     assert model.backbone._compiled_call_impl is not None
     assert model.neck._compiled_call_impl is not None
     assert model.head._compiled_call_impl is None
-    assert 'torch.compile' in _log_text(str(tmp_path))
+    assert 'torch.compile' in log_text(str(tmp_path))
     state = torch.load(
         osp.join(str(tmp_path), 'epoch_1.pth'), weights_only=True)
     keys = list(state['state_dict'])

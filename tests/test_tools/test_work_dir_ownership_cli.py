@@ -10,6 +10,7 @@ import os.path as osp
 import shutil
 
 import pytest
+from cli_utils import log_text
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
 
@@ -83,13 +84,6 @@ def _snapshot(work_dir):
     }
 
 
-def _log_text(work_dir):
-    return ''.join(
-        open(osp.join(root, f)).read()
-        for root, _, files in os.walk(work_dir) for f in files
-        if f.endswith('.log'))
-
-
 @pytest.fixture(scope='module')
 def stopped(train, tmp_path_factory):
     """A work dir whose run got SIGTERM in epoch 2 (after iteration 6):
@@ -120,7 +114,7 @@ def test_resume_from_another_work_dir_leaves_it_alone(train, tmp_path):
     assert _snapshot(other) == before
     assert (new / BEST.format(3)).is_file()
     assert (new / 'last_checkpoint').read_text() == str(new / 'epoch_3.pth')
-    log = _log_text(str(new))
+    log = log_text(str(new))
     assert f'Removed the outdated checkpoint {other}' not in log
     assert (f'its best checkpoint, {other / BEST.format(2)}, is left where '
             'it is') in log
@@ -138,7 +132,7 @@ def test_resume_in_a_copied_work_dir_uses_its_own_files(train, stopped,
     runner = train(copy, '--resume')
     assert runner.iter == 8
     assert _snapshot(original) == before
-    log = _log_text(str(copy))
+    log = log_text(str(copy))
     assert (f'{copy / "last_checkpoint"} names {original / "iter_6.pth"}, '
             f'outside this work dir, {copy} (a copied or moved work dir?): '
             f'not followed; taking {copy / "iter_6.pth"}') in log
@@ -176,4 +170,4 @@ def test_newest_intact_is_newest_in_training_progress(
                    options=['train_cfg.max_epochs=3'])
     assert runner.iter == 12
     assert ('Resuming from the newest intact checkpoint, '
-            f'{work_dir / "epoch_2.pth"}') in _log_text(str(work_dir))
+            f'{work_dir / "epoch_2.pth"}') in log_text(str(work_dir))

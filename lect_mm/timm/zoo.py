@@ -23,7 +23,7 @@ from timm.models import (build_model_with_cfg, generate_default_cfgs,
                          register_model)
 
 from lect_mm.model_index import mim_root
-from .model import ZooTimmModel
+from .model import _TAKES_IMG_SIZE, ZooTimmModel
 from .weights import checkpoint_filter_fn
 
 #: RGB mean and std of CIFAR-10 (configs/_base_/datasets/cifar10.py / 255).
@@ -100,6 +100,12 @@ def _model_cfg(name: str) -> dict:
 def model_cfg(name: str) -> dict:
     """The ``model`` dict of the config a zoo name builds (a copy)."""
     return copy.deepcopy(_model_cfg(name))
+
+
+def takes_img_size(name: str) -> bool:
+    """Whether zoo model ``name`` takes ``img_size`` (the size its
+    backbone is built for: LeCT, CeiT, CCT, LeViT)."""
+    return _model_cfg(name)['backbone']['type'] in _TAKES_IMG_SIZE
 
 
 def _pretrained_cfg(entry: ZooEntry) -> dict:

@@ -82,6 +82,10 @@ class ZooTimmModel(nn.Module):
             (attention projection and FFN dropout).
         attn_drop_rate (float, optional): The backbone's
             ``attn_drop_rate``.
+        output_stride (int, optional): The largest stride the features may
+            have (timm's dense-prediction argument). The zoo's backbones do
+            not dilate, so it must be at least the last stage's stride
+            (LeCT 16): a no-op then, a ValueError below. Defaults to None.
         global_pool (str, optional): ``'avg'`` (the config's
             ``GlobalAveragePooling`` neck) or ``''`` (no pooling) for
             backbones that return maps; a backbone that pools itself (CeiT,
@@ -103,6 +107,7 @@ class ZooTimmModel(nn.Module):
                  proj_drop_rate: Optional[float] = None,
                  attn_drop_rate: Optional[float] = None,
                  global_pool: Optional[str] = None,
+                 output_stride: Optional[int] = None,
                  device=None,
                  dtype=None,
                  **backbone_args):
@@ -136,6 +141,12 @@ class ZooTimmModel(nn.Module):
             dict(num_chs=t.num_chs, reduction=t.reduction,
                  module=f'backbone.{t.module}') for t in self._taps
         ]
+        stride = max(t.reduction for t in self._taps)
+        if output_stride is not None and output_stride < stride:
+            raise ValueError(
+                f'output_stride={output_stride}: {backbone["type"]} does not '
+                f'dilate its stages, whose largest stride is {stride}; '
+                f'output_stride must be >= {stride}.')
         self.init_weights()
         if dtype is not None:
             self.to(dtype=dtype)

@@ -8,7 +8,8 @@ to a checkpoint before loading it (``pretrained=True``,
 ``timm.models.load_checkpoint(..., filter_fn=...)``): it takes a checkpoint
 of ``tools/train.py`` (the state dict under ``'state_dict'``), the bare
 state dict of either model, or a LeCT checkpoint of the LeCT author's
-reference layout (converted by :func:`lect_mm.models.convert.convert_lect_ref`).
+reference layout (converted by
+:func:`lect_mm.models.convert.convert_lect_ref`).
 """
 from typing import Dict
 

@@ -5,11 +5,11 @@ import os.path as osp
 import sys
 
 import pytest
+import segmentation_models_pytorch as smp
+import timm
 import torch
 
-timm = pytest.importorskip('timm')
-smp = pytest.importorskip('segmentation_models_pytorch')
-import lect_mm.timm  # noqa: E402,F401
+import lect_mm.timm  # noqa: F401
 
 sys.path.insert(0, osp.join(osp.dirname(osp.dirname(__file__)),
                             'test_models'))

@@ -7,21 +7,21 @@ import os.path as osp
 import sys
 
 import pytest
+import timm
 import torch
+from mmengine.config import ConfigDict
+from mmengine.registry import DefaultScope
+from mmengine.runner import Runner
+from mmpretrain.registry import MODELS
+from timm.models import load_checkpoint
 
-timm = pytest.importorskip('timm')
-import lect_mm.timm  # noqa: E402,F401
-from mmengine.config import ConfigDict  # noqa: E402
-from mmengine.registry import DefaultScope  # noqa: E402
-from mmengine.runner import Runner  # noqa: E402
-from mmpretrain.registry import MODELS  # noqa: E402
-from timm.models import load_checkpoint  # noqa: E402
+from lect_mm.engine import load_checkpoint as lect_load
+from lect_mm.timm import checkpoint_filter_fn, model_cfg
 
-sys.path.insert(0, osp.join(osp.dirname(osp.dirname(__file__)), 'test_engine'))
+# the tiny run of the engine tests
+sys.path.insert(0, osp.join(osp.dirname(osp.dirname(__file__)),
+                            'test_engine'))
 from tiny_run_utils import TINY_CONFIG, tiny_cfg  # noqa: E402
-
-from lect_mm.engine import load_checkpoint as lect_load  # noqa: E402
-from lect_mm.timm import checkpoint_filter_fn, model_cfg  # noqa: E402
 
 SIDE = 16  # the tiny Digits run's images
 
@@ -38,7 +38,8 @@ def trained(tmp_path_factory, load_script):
     runner = Runner.from_cfg(cfg)
     runner.train()
     model = runner.model.eval()
-    x = torch.randn(4, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(
+        4, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         logits = model(x, mode='tensor')
     return osp.join(work_dir, 'epoch_1.pth'), x, logits
@@ -79,7 +80,8 @@ def test_hf_folder_round_trip(trained, tmp_path, load_script):
     model = timm.create_model(f'local-dir:{out}', pretrained=True)
     torch.testing.assert_close(_logits(model, x), expected)
     data = timm.data.resolve_data_config(model=model)
-    assert tuple(data['mean']) == (0.5, 0.5, 0.5)  # the tiny config's 127.5 / 255
+    # the tiny config's 127.5 / 255
+    assert tuple(data['mean']) == (0.5, 0.5, 0.5)
     assert tuple(data['input_size']) == (3, SIDE, SIDE)
 
 

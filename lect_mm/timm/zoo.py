@@ -20,7 +20,7 @@ from typing import Tuple
 import timm
 from mmengine.config import Config
 from timm.models import (build_model_with_cfg, generate_default_cfgs,
-                         register_model)
+                         load_state_dict, register_model)
 
 from lect_mm.model_index import mim_root
 from .model import _TAKES_IMG_SIZE, ZooTimmModel
@@ -132,11 +132,36 @@ default_cfgs = generate_default_cfgs(
      for name, entry in ZOO.items()})
 
 
+def _describe_file(name: str, overlay: dict) -> dict:
+    """``overlay`` with the classes and input channels of the checkpoint
+    file it names, where it does not set them: the zoo's pretrained_cfg
+    cannot know a file's, and timm drops a classifier whose classes differ
+    from the pretrained_cfg's (or adapts a stem whose channels do)."""
+    overlay = dict(overlay)
+    if 'num_classes' in overlay and 'input_size' in overlay:
+        return overlay
+    entry = ZOO[name]
+    state_dict = checkpoint_filter_fn(load_state_dict(overlay['file']))
+    first_conv = entry.first_conv if isinstance(entry.first_conv,
+                                                str) else entry.first_conv[0]
+    head = state_dict.get(entry.classifier + '.weight')
+    if head is not None:
+        overlay.setdefault('num_classes', head.shape[0])
+    stem = state_dict.get(first_conv + '.weight')
+    if stem is not None:
+        side = entry.input_size
+        overlay.setdefault('input_size', (stem.shape[1], side, side))
+    return overlay
+
+
 def create_zoo_model(name: str, pretrained: bool = False, **kwargs):
     """Build zoo model ``name`` through timm's builder (what
     ``timm.create_model(name, ...)`` calls)."""
     feature_cfg = dict(
         feature_cls='getter', out_indices=ZOO[name].feature_stages)
+    overlay = kwargs.get('pretrained_cfg_overlay') or {}
+    if pretrained and overlay.get('file'):
+        kwargs['pretrained_cfg_overlay'] = _describe_file(name, overlay)
     return build_model_with_cfg(
         ZooTimmModel,
         name,

@@ -100,3 +100,19 @@ def test_timm_state_dict_loads_strictly_into_the_config(trained, tmp_path):
     with DefaultScope.overwrite_default_scope('lect_mm'):
         ref.init_weights()
     torch.testing.assert_close(_logits(ref, x), expected)
+
+
+def test_a_files_classes_and_channels_are_read_from_it(tmp_path):
+    """pretrained_cfg_overlay=dict(file=...) of a 5-class grey-scale
+    checkpoint: the head and stem load as trained (timm would drop a head
+    whose classes differ from the pretrained_cfg's 10)."""
+    torch.manual_seed(0)
+    trained = timm.create_model('cct_2_3x2', num_classes=5, in_chans=1)
+    path = str(tmp_path / 'five.pth')
+    torch.save({'state_dict': trained.state_dict()}, path)
+    model = timm.create_model('cct_2_3x2', num_classes=5, in_chans=1,
+                              pretrained=True,
+                              pretrained_cfg_overlay=dict(file=path))
+    for k, v in trained.state_dict().items():
+        assert torch.equal(model.state_dict()[k], v), k
+    assert model.pretrained_cfg['num_classes'] == 5

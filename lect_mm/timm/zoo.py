@@ -15,7 +15,7 @@ import functools
 import os.path as osp
 import sys
 from dataclasses import dataclass
-from typing import Tuple
+from typing import Optional, Tuple
 
 import timm
 from mmengine.config import Config
@@ -50,6 +50,8 @@ class ZooEntry:
         feature_stages (int): How many of the last stages ``features_only``
             returns by default.
         classifier (str): The classifier layer.
+        pool_size (int, optional): Side of ``forward_features``' map at
+            ``input_size`` (None: CeiT and CCT pool in the backbone).
     """
     config: str
     first_conv: Tuple[str, ...]
@@ -57,29 +59,31 @@ class ZooEntry:
     fixed_input_size: bool = False
     feature_stages: int = 3
     classifier: str = 'head.fc'
+    pool_size: Optional[int] = None
 
 
 ZOO = {
-    'lect_v1': ZooEntry('lect_v1', _LECT),
-    'lect_v2': ZooEntry('lect_v2', _LECT),
-    'lect_v3': ZooEntry('lect_v3', _LECT),
-    'lect_v1_ablation': ZooEntry('lect_v1_ablation', _LECT),
+    'lect_v1': ZooEntry('lect_v1', _LECT, pool_size=14),
+    'lect_v2': ZooEntry('lect_v2', _LECT, pool_size=14),
+    'lect_v3': ZooEntry('lect_v3', _LECT, pool_size=14),
+    'lect_v1_ablation': ZooEntry('lect_v1_ablation', _LECT, pool_size=14),
     'ceit_gap': ZooEntry('ceit_gap', _CEIT),
     'ceit_ref': ZooEntry('ceit_ref', _CEIT),
     'ceit_t': ZooEntry('ceit_t', _CEIT),
-    'vitae_t': ZooEntry('vitae_t', _VITAE),
-    'vitae_xs': ZooEntry('vitae_xs', _VITAE),
+    'vitae_t': ZooEntry('vitae_t', _VITAE, pool_size=14),
+    'vitae_xs': ZooEntry('vitae_xs', _VITAE, pool_size=14),
     'cct_7_3x1': ZooEntry('cct_7_3x1', _CCT, 32, True),
     'cct_2_3x2': ZooEntry('cct_2_3x2', _CCT, 32, True, feature_stages=2),
-    'alternet18': ZooEntry('alternet18', 'backbone.stem.0', feature_stages=4),
+    'alternet18': ZooEntry(
+        'alternet18', 'backbone.stem.0', feature_stages=4, pool_size=7),
     'flexible_levit_64s': ZooEntry(
         'levit_64s', 'backbone.patch_embed.patch_embed.0.conv',
-        fixed_input_size=True, classifier='head.head.linear'),
+        fixed_input_size=True, classifier='head.head.linear', pool_size=4),
     'flexible_levit_128s': ZooEntry(
         'levit_128s', 'backbone.patch_embed.patch_embed.0.conv',
-        fixed_input_size=True, classifier='head.head.linear'),
+        fixed_input_size=True, classifier='head.head.linear', pool_size=4),
     'narrow_resnet_report': ZooEntry(
-        'resnet_report', 'backbone.conv1', feature_stages=4),
+        'resnet_report', 'backbone.conv1', feature_stages=4, pool_size=7),
 }
 
 
@@ -114,7 +118,7 @@ def _pretrained_cfg(entry: ZooEntry) -> dict:
         url='',
         num_classes=10,
         input_size=(3, side, side),
-        pool_size=None,
+        pool_size=None if entry.pool_size is None else (entry.pool_size, ) * 2,
         crop_pct=1.0,
         crop_mode='center',
         interpolation='bilinear',

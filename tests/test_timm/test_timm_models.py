@@ -54,6 +54,8 @@ def test_stage_maps_are_feature_info_on_meta(name):
     final, maps = model.forward_intermediates(
         torch.empty(2, 3, side, side, device='meta'))
     assert model.forward_head(final).shape == (2, 10)
+    pool = model.pretrained_cfg['pool_size']  # the map forward_head pools
+    assert tuple(final.shape[2:]) == (() if pool is None else pool)
     assert len(maps) == len(model.feature_info)
     for m, info in zip(maps, model.feature_info):
         assert m.shape[:2] == (2, info['num_chs'])

@@ -47,7 +47,13 @@ def checkpoint_filter_fn(state_dict: Dict[str, torch.Tensor],
             key = key.split('.', 1)[1]
         if not key.startswith(_DROPPED):
             out[key] = value
-    if out and not any(k.startswith(('backbone.', 'head.')) for k in out):
-        # no key of an mmpretrain classifier: the LeCT reference layout
+    if out and not any(k.startswith('backbone.') for k in out):
+        backbone = type(getattr(model, 'backbone', None)).__name__
+        if model is not None and backbone != 'LeCT':
+            raise ValueError(
+                'The checkpoint has no backbone.* key of a lect_mm '
+                f'classifier for {backbone}; its first keys: '
+                f'{list(out)[:5]}.')
+        # the LeCT author's reference layout
         out = dict(convert_lect_ref(out))
     return out

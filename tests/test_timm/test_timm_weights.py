@@ -116,3 +116,21 @@ def test_a_files_classes_and_channels_are_read_from_it(tmp_path):
     for k, v in trained.state_dict().items():
         assert torch.equal(model.state_dict()[k], v), k
     assert model.pretrained_cfg['num_classes'] == 5
+
+
+def test_lect_reference_layout_loads_converted(lect_reference, tmp_path):
+    """A checkpoint of the LeCT author's reference layout loads through the
+    filter (lect_mm.models.convert) with the reference's logits; another
+    layout for another backbone is refused by name."""
+    ref = lect_reference.randomize_(
+        lect_reference.ReferenceLeCT('v1'), seed=1).eval()
+    path = str(tmp_path / 'ref.pth')
+    torch.save({'model': ref.state_dict()}, path)
+    model = timm.create_model('lect_v1', pretrained=True,
+                              pretrained_cfg_overlay=dict(file=path))
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        assert (model.eval()(x) - ref(x)).abs().max() <= 1e-4
+    with pytest.raises(ValueError, match=r'no backbone\.\* key of a lect_mm'):
+        checkpoint_filter_fn({'blocks.0.w': torch.zeros(1)},
+                             timm.create_model('cct_2_3x2', device='meta'))

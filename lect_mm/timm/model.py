@@ -236,19 +236,16 @@ class ZooTimmModel(nn.Module):
                          global_pool: Optional[str] = None):
         """A new classifier for ``num_classes`` (0: none), initialised as
         the config's head."""
-        old = self.get_classifier()
-        param = next(iter(self.parameters()))
-        self.num_classes = num_classes
+        param = next(iter(self.backbone.parameters()))
         if global_pool is None:
             global_pool = self.head.global_pool
         with torch.device(param.device):
             self._build_head(num_classes, global_pool)
         self.head.to(dtype=param.dtype)
-        new = self.get_classifier()
-        if new is not old and not param.is_meta and num_classes > 0:
-            if self._head_init_cfg:
-                with _quiet_init():
-                    initialize(self.head, self._head_init_cfg)
+        self.num_classes = num_classes
+        if self._head_init_cfg and num_classes > 0 and not param.is_meta:
+            with _quiet_init():
+                initialize(self.head, self._head_init_cfg)
 
     # --- forward --------------------------------------------------------
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:

@@ -138,7 +138,16 @@ setup(
         # onnx, onnxruntime and onnxscript: the export round trips.
         'tests': [
             'pytest>=7', 'pytest-xdist>=3', 'onnx>=1.23', 'onnxruntime>=1.32',
-            'onnxscript>=0.7'
+            'onnxscript>=0.7', 'timm>=1.0.31', 'safetensors>=0.4',
+            'segmentation-models-pytorch>=0.6'
+        ],
+        # `import lect_mm.timm`: the zoo as timm models (docs/timm.md);
+        # safetensors for the Hugging Face layout, segmentation-models-
+        # pytorch for its timm encoders. timm 1.0.31 is the oldest tested:
+        # the models take its device/dtype arguments and traits.
+        'timm': [
+            'timm>=1.0.31', 'safetensors>=0.4',
+            'segmentation-models-pytorch>=0.6'
         ],
         'mmcv-lite': ['mmcv-lite>=2.0,<2.4'],
     },

@@ -90,6 +90,10 @@ def snapshot():
         root_logging=[logging.getLogger().level,
                       [ident(h) for h in logging.getLogger().handlers],
                       [ident(f) for f in logging.getLogger().filters]],
+        # the timm front door comes with `import lect_mm.timm` only
+        optional_stacks=sorted(
+            m for m in ('timm', 'segmentation_models_pytorch',
+                        'lect_mm.timm') if m in sys.modules),
     )
 
 

@@ -44,9 +44,12 @@ def test_multiscale_maps_at_dense_prediction_sizes(arch):
             assert all(torch.isfinite(o).all() for o in outs)
 
 
-def _detector(arch, num_classes=3):
+def _detector(arch, num_classes=3, body=None, in_channels=None):
+    """FasterRCNN on LeCT ``arch`` (or on ``body``, a module returning
+    maps of ``in_channels`` at strides 4, 8, 16) + FPN."""
     backbone = FPNBackbone(
-        dict(type='LeCT', arch=arch, out_indices=(0, 1, 2)), out_channels=32)
+        dict(type='LeCT', arch=arch, out_indices=(0, 1, 2))
+        if body is None else body, in_channels=in_channels, out_channels=32)
     # One anchor size per level: strides 4, 8, 16 and the max-pool level 32.
     anchors = AnchorGenerator(sizes=((16, ), (32, ), (64, ), (128, )),
                               aspect_ratios=((0.5, 1.0, 2.0), ) * 4)

@@ -165,7 +165,9 @@ class ZooBackbone(BaseBackbone):
         """Stochastic depth rising linearly from 0 to ``drop_path_rate``
         over all blocks, split into one list per stage of ``depths``
         blocks."""
-        rates = torch.linspace(0, drop_path_rate, sum(depths)).tolist()
+        # on the CPU whatever the default device (a model built on 'meta')
+        rates = torch.linspace(
+            0, drop_path_rate, sum(depths), device='cpu').tolist()
         return [
             rates[sum(depths[:i]):sum(depths[:i + 1])]
             for i in range(len(depths))

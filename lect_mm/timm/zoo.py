@@ -1,0 +1,209 @@
+"""The zoo's timm names: which config each builds, and its pretrained_cfg.
+
+Each name builds the ``model`` of one config under
+``configs/_base_/models/`` (the same file the training configs inherit) as
+a :class:`~lect_mm.timm.model.ZooTimmModel`. The ``pretrained_cfg`` describes
+the zoo's default training protocol, CIFAR-10 resized to 224 (CCT: its
+native 32x32): its mean and std, a plain resize (``crop_pct`` 1.0, bilinear)
+and 10 classes. It names no weights: ``pretrained=True`` needs a file, e.g.
+``pretrained_cfg_overlay=dict(file=CKPT)`` (``docs/timm.md``).
+
+Registering never replaces a model of timm: a name timm already has raises.
+"""
+import copy
+import functools
+import os.path as osp
+import sys
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import timm
+from mmengine.config import Config
+from timm.models import (build_model_with_cfg, generate_default_cfgs,
+                         load_state_dict, register_model)
+
+from lect_mm.model_index import mim_root
+from .model import _TAKES_IMG_SIZE, ZooTimmModel
+from .weights import checkpoint_filter_fn
+
+#: RGB mean and std of CIFAR-10 (configs/_base_/datasets/cifar10.py / 255).
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2023, 0.1994, 0.2010)
+
+_LECT = 'backbone.stages.0.patch_embed.proj'
+_CEIT = 'backbone.i2t.conv'
+_VITAE = tuple(f'backbone.stages.0.rc.prm.convs.{i}.0'
+               for i in range(4)) + ('backbone.stages.0.rc.pcm.0', )
+_CCT = 'backbone.tokenizer.conv_layers.0.0'
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """A timm name of the zoo.
+
+    Attributes:
+        config (str): Base name of the config under
+            ``configs/_base_/models/``.
+        first_conv (str | tuple): The convolutions that read the image.
+        input_size (int): Side of the input the config trains on.
+        fixed_input_size (bool): Whether other sizes are refused.
+        feature_stages (int): How many of the last stages ``features_only``
+            returns by default.
+        classifier (str): The classifier layer.
+        pool_size (int, optional): Side of ``forward_features``' map at
+            ``input_size`` (None: CeiT and CCT pool in the backbone).
+    """
+    config: str
+    first_conv: Tuple[str, ...]
+    input_size: int = 224
+    fixed_input_size: bool = False
+    feature_stages: int = 3
+    classifier: str = 'head.fc'
+    pool_size: Optional[int] = None
+
+
+ZOO = {
+    'lect_v1': ZooEntry('lect_v1', _LECT, pool_size=14),
+    'lect_v2': ZooEntry('lect_v2', _LECT, pool_size=14),
+    'lect_v3': ZooEntry('lect_v3', _LECT, pool_size=14),
+    'lect_v1_ablation': ZooEntry('lect_v1_ablation', _LECT, pool_size=14),
+    'ceit_gap': ZooEntry('ceit_gap', _CEIT),
+    'ceit_ref': ZooEntry('ceit_ref', _CEIT),
+    'ceit_t': ZooEntry('ceit_t', _CEIT),
+    'vitae_t': ZooEntry('vitae_t', _VITAE, pool_size=14),
+    'vitae_xs': ZooEntry('vitae_xs', _VITAE, pool_size=14),
+    'cct_7_3x1': ZooEntry('cct_7_3x1', _CCT, 32, True),
+    'cct_2_3x2': ZooEntry('cct_2_3x2', _CCT, 32, True, feature_stages=2),
+    'alternet18': ZooEntry(
+        'alternet18', 'backbone.stem.0', feature_stages=4, pool_size=7),
+    'flexible_levit_64s': ZooEntry(
+        'levit_64s', 'backbone.patch_embed.patch_embed.0.conv',
+        fixed_input_size=True, classifier='head.head.linear', pool_size=4),
+    'flexible_levit_128s': ZooEntry(
+        'levit_128s', 'backbone.patch_embed.patch_embed.0.conv',
+        fixed_input_size=True, classifier='head.head.linear', pool_size=4),
+    'narrow_resnet_report': ZooEntry(
+        'resnet_report', 'backbone.conv1', feature_stages=4, pool_size=7),
+}
+
+
+def config_path(name: str) -> str:
+    """The config file a zoo name builds."""
+    if name not in ZOO:
+        raise KeyError(f'{name!r} is not a lect_mm timm model; choose from '
+                       f'{sorted(ZOO)}.')
+    return osp.join(
+        mim_root(), 'configs', '_base_', 'models', ZOO[name].config + '.py')
+
+
+@functools.lru_cache(maxsize=None)
+def _model_cfg(name: str) -> dict:
+    return Config.fromfile(config_path(name)).model.to_dict()
+
+
+def model_cfg(name: str) -> dict:
+    """The ``model`` dict of the config a zoo name builds (a copy)."""
+    return copy.deepcopy(_model_cfg(name))
+
+
+def takes_img_size(name: str) -> bool:
+    """Whether zoo model ``name`` takes ``img_size`` (the size its
+    backbone is built for: LeCT, CeiT, CCT, LeViT)."""
+    return _model_cfg(name)['backbone']['type'] in _TAKES_IMG_SIZE
+
+
+def _pretrained_cfg(entry: ZooEntry) -> dict:
+    side = entry.input_size
+    return dict(
+        url='',
+        num_classes=10,
+        input_size=(3, side, side),
+        pool_size=None if entry.pool_size is None else (entry.pool_size, ) * 2,
+        crop_pct=1.0,
+        crop_mode='center',
+        interpolation='bilinear',
+        fixed_input_size=entry.fixed_input_size,
+        mean=CIFAR10_MEAN,
+        std=CIFAR10_STD,
+        first_conv=entry.first_conv,
+        classifier=entry.classifier,
+        license='apache-2.0',
+    )
+
+
+default_cfgs = generate_default_cfgs(
+    {name: _pretrained_cfg(entry)
+     for name, entry in ZOO.items()})
+
+
+def _describe_file(name: str, overlay: dict) -> dict:
+    """``overlay`` with the classes and input channels of the checkpoint
+    file it names, where it does not set them: the zoo's pretrained_cfg
+    cannot know a file's, and timm drops a classifier whose classes differ
+    from the pretrained_cfg's (or adapts a stem whose channels do)."""
+    overlay = dict(overlay)
+    if 'num_classes' in overlay and 'input_size' in overlay:
+        return overlay
+    entry = ZOO[name]
+    state_dict = checkpoint_filter_fn(load_state_dict(overlay['file']))
+    first_conv = entry.first_conv if isinstance(entry.first_conv,
+                                                str) else entry.first_conv[0]
+    head = state_dict.get(entry.classifier + '.weight')
+    if head is not None:
+        overlay.setdefault('num_classes', head.shape[0])
+    stem = state_dict.get(first_conv + '.weight')
+    if stem is not None:
+        side = entry.input_size
+        overlay.setdefault('input_size', (stem.shape[1], side, side))
+    return overlay
+
+
+def create_zoo_model(name: str, pretrained: bool = False, **kwargs):
+    """Build zoo model ``name`` through timm's builder (what
+    ``timm.create_model(name, ...)`` calls)."""
+    feature_cfg = dict(
+        feature_cls='getter', out_indices=ZOO[name].feature_stages)
+    overlay = kwargs.get('pretrained_cfg_overlay') or {}
+    if pretrained and overlay.get('file'):
+        kwargs['pretrained_cfg_overlay'] = _describe_file(name, overlay)
+    return build_model_with_cfg(
+        ZooTimmModel,
+        name,
+        pretrained,
+        model_cfg=model_cfg(name),
+        feature_cfg=feature_cfg,
+        pretrained_filter_fn=checkpoint_filter_fn,
+        **kwargs)
+
+
+def _entrypoint(name: str):
+
+    def entrypoint(pretrained: bool = False, **kwargs) -> ZooTimmModel:
+        return create_zoo_model(name, pretrained=pretrained, **kwargs)
+
+    entrypoint.__name__ = entrypoint.__qualname__ = name
+    entrypoint.__module__ = __name__
+    entrypoint.__doc__ = (f'{name}: the model of configs/_base_/models/'
+                          f'{ZOO[name].config}.py.')
+    return entrypoint
+
+
+def register_zoo() -> None:
+    """Register every zoo name with timm; a name timm already knows from
+    elsewhere raises (a second call leaves the zoo's own names)."""
+    ours = {
+        n
+        for n in ZOO if timm.is_model(n)
+        and timm.models.model_entrypoint(n).__module__ == __name__
+    }
+    taken = sorted(n for n in ZOO if timm.is_model(n) and n not in ours)
+    if taken:
+        raise RuntimeError(
+            f'timm already has models named {taken}; lect_mm.timm does not '
+            'replace them.')
+    module = sys.modules[__name__]
+    for name in ZOO:
+        if name not in ours:
+            fn = _entrypoint(name)
+            setattr(module, name, fn)
+            register_model(fn)

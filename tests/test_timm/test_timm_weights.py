@@ -1,0 +1,136 @@
+"""Weights both ways between a lect_mm training run and timm: a checkpoint
+of a real (tiny) run loads through timm's own mechanisms and gives the
+trained model's logits; the converter's Hugging Face folder loads with
+``local-dir:``; a timm state dict loads strictly into the mmpretrain
+config."""
+import os.path as osp
+import sys
+
+import pytest
+import timm
+import torch
+from mmengine.config import ConfigDict
+from mmengine.registry import DefaultScope
+from mmengine.runner import Runner
+from mmpretrain.registry import MODELS
+from timm.models import load_checkpoint
+
+from lect_mm.engine import load_checkpoint as lect_load
+from lect_mm.timm import checkpoint_filter_fn, model_cfg
+
+# the tiny run of the engine tests
+sys.path.insert(0, osp.join(osp.dirname(osp.dirname(__file__)),
+                            'test_engine'))
+from tiny_run_utils import TINY_CONFIG, tiny_cfg  # noqa: E402
+
+SIDE = 16  # the tiny Digits run's images
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory, load_script):
+    """LeCT v1 of configs/_base_/models/lect_v1.py trained for one epoch
+    (4 steps) on the tiny Digits set; its checkpoint and a batch of
+    normalised inputs with the trained model's logits."""
+    work_dir = tmp_path_factory.mktemp('timm_run')
+    cfg = tiny_cfg(work_dir, 'timm_lect_v1', **{'train_cfg.max_epochs': 1})
+    cfg.model = ConfigDict(model_cfg('lect_v1'), data_preprocessor=cfg.model
+                           .get('data_preprocessor'))
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+    model = runner.model.eval()
+    x = torch.randn(
+        4, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(x, mode='tensor')
+    return osp.join(work_dir, 'epoch_1.pth'), x, logits
+
+
+def _logits(model, x):
+    with torch.no_grad():
+        return model.eval()(x)
+
+
+def test_pretrained_file_and_load_checkpoint(trained):
+    ckpt, x, expected = trained
+    model = timm.create_model(
+        'lect_v1', pretrained=True, pretrained_cfg_overlay=dict(file=ckpt))
+    torch.testing.assert_close(_logits(model, x), expected)
+    model = timm.create_model('lect_v1')
+    load_checkpoint(model, ckpt, filter_fn=checkpoint_filter_fn)
+    torch.testing.assert_close(_logits(model, x), expected)
+    # timm's adaptations: a grey-scale stem, a new head
+    grey = timm.create_model(
+        'lect_v1', pretrained=True, in_chans=1, num_classes=3,
+        pretrained_cfg_overlay=dict(file=ckpt))
+    stem = 'backbone.stages.0.patch_embed.proj.weight'
+    trained_stem = torch.load(ckpt, weights_only=True)['state_dict'][stem]
+    torch.testing.assert_close(grey.state_dict()[stem],
+                               trained_stem.sum(1, keepdim=True))
+    assert _logits(grey, x[:, :1]).shape == (4, 3)
+
+
+def test_hf_folder_round_trip(trained, tmp_path, load_script):
+    ckpt, x, expected = trained
+    convert = load_script('tools/model_converters/lect_mm2timm_hf.py')
+    out = tmp_path / 'hf'
+    convert.main([ckpt, 'lect_v1', str(out), '--config', TINY_CONFIG,
+                  '--img-size', str(SIDE)])
+    assert sorted(p.name for p in out.iterdir()) == ['config.json',
+                                                     'model.safetensors']
+    model = timm.create_model(f'local-dir:{out}', pretrained=True)
+    torch.testing.assert_close(_logits(model, x), expected)
+    data = timm.data.resolve_data_config(model=model)
+    # the tiny config's 127.5 / 255
+    assert tuple(data['mean']) == (0.5, 0.5, 0.5)
+    assert tuple(data['input_size']) == (3, SIDE, SIDE)
+
+
+def test_timm_state_dict_loads_strictly_into_the_config(trained, tmp_path):
+    ckpt, x, expected = trained
+    model = timm.create_model(
+        'lect_v1', pretrained=True, pretrained_cfg_overlay=dict(file=ckpt))
+    path = str(tmp_path / 'timm_state_dict.pth')
+    torch.save(model.state_dict(), path)
+    ref = MODELS.build(model_cfg('lect_v1'))
+    lect_load(ref, path)  # lect_mm's loader: strict
+    torch.testing.assert_close(_logits(ref, x), expected)
+    cfg = model_cfg('lect_v1')
+    cfg['init_cfg'] = dict(type='Pretrained', checkpoint=path)
+    ref = MODELS.build(cfg)
+    with DefaultScope.overwrite_default_scope('lect_mm'):
+        ref.init_weights()
+    torch.testing.assert_close(_logits(ref, x), expected)
+
+
+def test_a_files_classes_and_channels_are_read_from_it(tmp_path):
+    """pretrained_cfg_overlay=dict(file=...) of a 5-class grey-scale
+    checkpoint: the head and stem load as trained (timm would drop a head
+    whose classes differ from the pretrained_cfg's 10)."""
+    torch.manual_seed(0)
+    trained = timm.create_model('cct_2_3x2', num_classes=5, in_chans=1)
+    path = str(tmp_path / 'five.pth')
+    torch.save({'state_dict': trained.state_dict()}, path)
+    model = timm.create_model('cct_2_3x2', num_classes=5, in_chans=1,
+                              pretrained=True,
+                              pretrained_cfg_overlay=dict(file=path))
+    for k, v in trained.state_dict().items():
+        assert torch.equal(model.state_dict()[k], v), k
+    assert model.pretrained_cfg['num_classes'] == 5
+
+
+def test_lect_reference_layout_loads_converted(lect_reference, tmp_path):
+    """A checkpoint of the LeCT author's reference layout loads through the
+    filter (lect_mm.models.convert) with the reference's logits; another
+    layout for another backbone is refused by name."""
+    ref = lect_reference.randomize_(
+        lect_reference.ReferenceLeCT('v1'), seed=1).eval()
+    path = str(tmp_path / 'ref.pth')
+    torch.save({'model': ref.state_dict()}, path)
+    model = timm.create_model('lect_v1', pretrained=True,
+                              pretrained_cfg_overlay=dict(file=path))
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        assert (model.eval()(x) - ref(x)).abs().max() <= 1e-4
+    with pytest.raises(ValueError, match=r'no backbone\.\* key of a lect_mm'):
+        checkpoint_filter_fn({'blocks.0.w': torch.zeros(1)},
+                             timm.create_model('cct_2_3x2', device='meta'))

@@ -58,8 +58,7 @@ from typing import Optional
 import torch
 from mmengine.dist import (barrier, broadcast_object_list, gather_object,
                            get_dist_info, master_only)
-from mmengine.model import is_model_wrapper
-from mmengine.registry import RUNNERS, DefaultScope
+from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 from torch.utils.data import DataLoader
 
@@ -69,7 +68,8 @@ from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
                             latest_checkpoint, load_checkpoint_verified)
 from .errors import ConfigCheckHook
-from .loading import RUNNER_OPT_OUT, load_state_dict_checked, state_dict_of
+from .loading import (RUNNER_OPT_OUT, load_state_dict_checked,
+                      scope_pretrained_init, state_dict_of, unwrap_model)
 from .loops import LectEpochBasedTrainLoop
 from .preemption import (DEFAULT_STOP_SIGNALS, IgnoreStopSignals, StopSignals,
                          TrainingPreempted)
@@ -124,10 +124,9 @@ def _claim_log_dir(work_dir: str, timestamp: str) -> str:
 
 
 def _local_buffers(model) -> dict:
-    module = model.module if is_model_wrapper(model) else model
     return {
         name: buffer.detach().cpu().clone()
-        for name, buffer in module.named_buffers()
+        for name, buffer in unwrap_model(model).named_buffers()
     }
 
 
@@ -136,9 +135,9 @@ class LectRunner(Runner):
     """mmengine's ``Runner`` (same arguments and config), plus:
 
     - checkpoints load verified (:mod:`~lect_mm.engine.checkpoint_io`) and
-      strictly (``load_from_strict``); the model's weights are initialised
-      in the ``lect_mm`` scope, where ``init_cfg=dict(type='Pretrained',
-      ...)`` is :class:`~lect_mm.engine.StrictPretrainedInit`
+      strictly (``load_from_strict``); the model's ``init_cfg=dict(
+      type='Pretrained', ...)`` are built in the ``lect_mm`` scope, where
+      the name is :class:`~lect_mm.engine.StrictPretrainedInit`
       (``strict=False`` in it loads what fits);
     - the head, classes and data are checked before the first iteration
       (:class:`~lect_mm.engine.ConfigCheckHook`), a loaded checkpoint's
@@ -176,13 +175,10 @@ class LectRunner(Runner):
             self.release_work_dir()
             raise
         silence_known_log_messages(self.logger)
+        scope_pretrained_init(self.model)
         for hook_type in (ConfigCheckHook, CheckpointCheckHook):
             if not any(isinstance(h, hook_type) for h in self.hooks):
                 self.register_hook(hook_type())
-
-    def _init_model_weights(self) -> None:
-        with DefaultScope.overwrite_default_scope('lect_mm'):
-            super()._init_model_weights()
 
     def setup_env(self, env_cfg: dict) -> None:
         # Called by Runner.__init__ once the process group exists and before
@@ -454,8 +450,7 @@ class LectRunner(Runner):
                 'by_epoch=True, ...)).')
         self.train_loop.start_epoch_at(inner_iter)
         if rank_buffers is not None and len(rank_buffers) == self.world_size:
-            module = self.model.module if is_model_wrapper(
-                self.model) else self.model
+            module = unwrap_model(self.model)
             with torch.no_grad():
                 for name, value in rank_buffers[self.rank].items():
                     module.get_buffer(name).copy_(value)
@@ -513,9 +508,8 @@ class LectRunner(Runner):
         self._loaded_checkpoint = dict(
             meta=checkpoint.get('meta', {}),
             rank_buffers=checkpoint.get('rank_buffers'))
-        model = self.model.module if is_model_wrapper(
-            self.model) else self.model
-        load_state_dict_checked(model, state_dict_of(checkpoint, revise_keys),
+        load_state_dict_checked(unwrap_model(self.model),
+                                state_dict_of(checkpoint, revise_keys),
                                 f'Checkpoint {filename}', strict,
                                 RUNNER_OPT_OUT, self.logger)
         self._has_loaded = True

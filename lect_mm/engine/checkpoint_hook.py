@@ -28,32 +28,22 @@ def _is_local(path) -> bool:
 
 class _DeferredRemovals:
     """Stands in for the hook's file backend while mmengine's saving code
-    runs: an existing file it checks for (the previous best, the checkpoint
-    beyond ``max_keep_ckpts``: mmengine deletes them *before* writing the
-    new one) is reported absent and queued, and removals are queued too;
-    the hook removes the queue after the new checkpoint is written."""
+    runs: an existing file it checks for or removes (the previous best, the
+    checkpoint beyond ``max_keep_ckpts``: mmengine deletes them *before*
+    writing the new one) is reported absent and queued; the hook removes
+    the queue after the new checkpoint is written."""
 
     def __init__(self, backend):
         self.backend = backend
         self.queued = []
 
-    def _queue(self, path) -> bool:
+    def isfile(self, path) -> bool:
         if path not in self.queued and (self.backend.isfile(path)
                                         or self.backend.isdir(path)):
             self.queued.append(path)
         return False
 
-    def isfile(self, path) -> bool:
-        return self._queue(path)
-
-    def isdir(self, path) -> bool:
-        return self._queue(path)
-
-    def remove(self, path) -> None:
-        self._queue(path)
-
-    def rmtree(self, path) -> None:
-        self._queue(path)
+    isdir = remove = rmtree = isfile
 
     def __getattr__(self, name):
         return getattr(self.backend, name)

@@ -212,33 +212,27 @@ def _processes(n: int) -> str:
 class PreemptionHook(Hook):
     """Stop a training cleanly on a signal; resume it inside the epoch.
 
-    - While ``train()`` runs (from ``before_train``), the signals
-      ``stop_signals`` are recorded (:class:`StopSignals`), and the
-      workers of the train and val loaders ignore them
-      (:class:`IgnoreStopSignals`). :meth:`restore` puts the previous
-      handlers back (``after_train``; ``LectRunner.train`` when training
-      raises).
-    - After each iteration (after the iteration's other hooks) and before
-      an epoch that follows another (and its validation), every rank asks
-      whether one of them got a signal. If one did, the checkpoint of that
-      iteration, ``iter_{N}.pth``, is saved
-      (:meth:`~lect_mm.engine.SafeCheckpointHook.save_stop_checkpoint`; with
-      several ranks, each rank's BatchNorm statistics, which DDP averages
-      only at the end of an epoch), the log says why the run stopped, and
-      :class:`TrainingPreempted` is raised.
-    - ``--resume`` from a checkpoint written inside an epoch goes on inside
-      it: the :class:`~lect_mm.engine.loops.LectEpochBasedTrainLoop` starts
-      the epoch after the iterations done, and each rank gets back its own
-      statistics. It needs the same data, batch size and number of
-      processes (else a :class:`~lect_mm.engine.CheckpointError`).
-
-    A run that cannot stop with a checkpoint (no
-    ``LectEpochBasedTrainLoop``, no ``SafeCheckpointHook``, training outside
-    the main thread) leaves the signals their usual effect and logs why.
+    From ``before_train`` to ``after_train`` (:meth:`restore`;
+    ``LectRunner.train`` calls it when training raises) the stop signals
+    are recorded (:class:`StopSignals`) and ignored by the loaders' workers
+    (:class:`IgnoreStopSignals`). After each iteration (its other hooks
+    first) and before an epoch that follows another, every rank asks
+    whether a rank got one; if so, the checkpoint of that point,
+    ``iter_{N}.pth``, is saved by the
+    :class:`~lect_mm.engine.SafeCheckpointHook` (with each rank's BatchNorm
+    statistics, which DDP averages only at an epoch's end), the log says
+    why, and :class:`TrainingPreempted` is raised. ``--resume`` from such a
+    checkpoint goes on inside the epoch
+    (:meth:`~lect_mm.engine.loops.LectEpochBasedTrainLoop.start_epoch_at`)
+    with each rank's own statistics, given the same data, batch size and
+    number of processes (else a :class:`~lect_mm.engine.CheckpointError`).
+    A run that cannot stop with a checkpoint (no LectEpochBasedTrainLoop or
+    SafeCheckpointHook, not in the main thread) says why in its log and
+    leaves the signals their usual effect.
 
     Args:
-        stop_signals (str | int | Iterable | None): The signals (what
-            :func:`parse_stop_signals` accepts); None or ``[]``: none.
+        stop_signals (str | int | Iterable | None): What
+            :func:`parse_stop_signals` accepts; None or ``[]``: none.
     """
 
     priority = 'LOWEST'  # an iteration's other hooks (its checkpoint) first

@@ -169,39 +169,20 @@ class _LectRunnerHook(Hook):
 
 @RUNNERS.register_module()
 class LectRunner(Runner):
-    """mmengine's ``Runner`` (same arguments and config), plus:
-
-    - checkpoints load verified (:mod:`~lect_mm.engine.checkpoint_io`) and
-      strictly (``load_from_strict``); the model's ``init_cfg=dict(
-      type='Pretrained', ...)`` are built in the ``lect_mm`` scope, where
-      the name is :class:`~lect_mm.engine.StrictPretrainedInit`
-      (``strict=False`` in it loads what fits);
-    - the head, classes and data are checked before the first iteration
-      (:class:`~lect_mm.engine.ConfigCheckHook`), a loaded checkpoint's
-      classes and, on resume, its schedule against the config's
-      (:class:`~lect_mm.engine.CheckpointCheckHook`, ``resume_schedule``);
-    - ``--resume`` without a path says when there is nothing to resume
-      (a warning naming the work dir; training starts from scratch) and
-      does not resume from a damaged checkpoint (``resume_intact``);
-      ``--resume PATH`` with a missing PATH stops, naming it;
-    - the work directory is locked from before anything is written in it
-      until ``train``/``val``/``test`` returns (``lock_work_dir``; when
-      ``val``/``test`` raise, until the runner is collected);
-    - persistent data-loader workers end when ``train``/``val``/``test``
-      returns;
-    - its log drops mmengine's FileClient deprecation lines;
-    - its log folder is its own (``log_dir_only``: the config copy too);
-    - ``train_cfg = dict(by_epoch=True, ...)`` builds a
-      :class:`~lect_mm.engine.loops.LectEpochBasedTrainLoop`, and a
-      :class:`~lect_mm.engine.preemption.PreemptionHook` is registered: a
-      signal (``stop_signals``) stops the run after the iteration in
-      progress with a resumable checkpoint, and ``--resume`` from it goes
-      on inside the epoch;
-    - a full disk stops the run at the first failed write (log or
-      checkpoint) with a :class:`~lect_mm.engine.write_errors.
-      DiskFullError` naming the file and the last intact checkpoint (the
-      log file is written through a :class:`~lect_mm.engine.write_errors.
-      GuardedFileHandler`).
+    """mmengine's ``Runner`` (same arguments and config), plus what the
+    module's documentation lists: verified and strict checkpoint loading
+    (also for ``init_cfg=dict(type='Pretrained')``: :func:`~lect_mm.engine.
+    loading.scope_pretrained_init`), ``--resume`` from the latest intact
+    checkpoint only, a locked work dir and a log folder of its own, loader
+    workers ended and the lock released when ``train``/``val``/``test``
+    returns (and when ``train`` raises; after ``val``/``test`` raise, when
+    the runner is collected), the log through a :class:`~lect_mm.engine.
+    write_errors.GuardedFileHandler`, and these hooks if the config has
+    none of their type: :class:`~lect_mm.engine.ConfigCheckHook`,
+    :class:`~lect_mm.engine.CheckpointCheckHook` and
+    :class:`~lect_mm.engine.PreemptionHook` (``stop_signals``;
+    ``train_cfg = dict(by_epoch=True, ...)`` builds a
+    :class:`~lect_mm.engine.LectEpochBasedTrainLoop`, which it needs).
     """
 
     def __init__(self, *args, **kwargs):

@@ -206,23 +206,18 @@ class SafeCheckpointHook(CheckpointHook):
 
     def save_stop_checkpoint(self, runner, meta: dict,
                              extra: Optional[dict] = None) -> str:
-        """Save a resumable checkpoint of the iteration a run stops after.
-
-        Written as every checkpoint of this hook (atomically, with its
-        digest, runtime state as plain data), with the optimizer and the
-        schedulers whatever ``save_optimizer`` says, as ``iter_{N}.pth``
-        (``N = meta['iter']``, the iterations done) in the hook's
-        ``out_dir``; ``last_checkpoint`` then names it. It is not one of the
-        ``max_keep_ckpts`` checkpoints: none of those is removed, and it is
-        removed itself once a later checkpoint is written and reads back
-        intact. Every rank calls it; rank 0 writes.
+        """Save a resumable checkpoint of the iteration a run stops after,
+        ``iter_{N}.pth`` (``N = meta['iter']``) in ``out_dir``, as every
+        checkpoint of this hook, with the optimizer and the schedulers;
+        ``last_checkpoint`` then names it. It is not one of the
+        ``max_keep_ckpts``: none of those is removed, and it is removed
+        itself once a later checkpoint reads back intact. Every rank calls
+        it; rank 0 writes.
 
         Args:
             runner (Runner): The runner, in ``train()``.
-            meta (dict): The checkpoint's ``meta`` (``epoch`` and ``iter``
-                at least).
-            extra (dict, optional): More top-level entries of the
-                checkpoint.
+            meta (dict): The checkpoint's ``meta`` (``epoch``, ``iter``...).
+            extra (dict, optional): More top-level entries.
 
         Returns:
             str: The checkpoint's path.

@@ -181,13 +181,6 @@ class StopSignals:
                           signal.SIG_DFL)
 
     # -- the stop --------------------------------------------------------
-    @property
-    def name(self) -> Optional[str]:
-        """The first signal received (``'SIGTERM'``), or None."""
-        if self.received is None:
-            return None
-        return signal.Signals(self.received).name
-
     def agreed(self) -> int:
         """Whether to stop now: the number of a signal a rank has received
         (the highest, if several), or 0.

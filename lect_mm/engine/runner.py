@@ -29,20 +29,14 @@ are put back when it returns. It reads six config keys besides the
   Every run's log folder is its own: a run started in the same second as
   another one in the same work dir gets ``<timestamp>_1`` (``_2`` ...).
 - ``stop_signals`` (default ``['SIGTERM', 'SIGUSR1']``; None or ``[]``
-  turns it off): on one of these signals the training finishes the
-  iteration in progress (every rank the same one), writes a resumable
-  checkpoint of it, ``iter_{N}.pth``, logs why it stopped and raises
-  :class:`~lect_mm.engine.preemption.TrainingPreempted` (exit status 75);
-  ``--resume`` goes on from that iteration (:class:`~lect_mm.engine.
-  preemption.PreemptionHook`, which the runner registers).
-
+  turns it off): the signals on which the training stops after the
+  iteration in progress with a resumable checkpoint
+  (:class:`~lect_mm.engine.preemption.PreemptionHook`).
 - ``resume_schedule`` (default ``'config'``): what ``--resume`` does when
-  the config's parameter schedule differs from the checkpoint's (e.g.
-  ``--cfg-options train_cfg.max_epochs=N``): go on with the config's, from
-  where a run with it would be, or (``'checkpoint'``) with the
-  checkpoint's; either way a warning lists the differences
-  (:class:`~lect_mm.engine.CheckpointCheckHook`, which also stops testing
-  a checkpoint on data whose classes differ from those it was trained on).
+  the config's parameter schedule differs from the checkpoint's: go on
+  with the config's, from where a run with it would be, or
+  (``'checkpoint'``) with the checkpoint's
+  (:class:`~lect_mm.engine.CheckpointCheckHook`).
 
 A write that fails because the disk is full (the log file, a checkpoint)
 stops the run at once with a :class:`~lect_mm.engine.write_errors.

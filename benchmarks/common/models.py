@@ -81,7 +81,7 @@ def compile_model(model: torch.nn.Module) -> torch.nn.Module:
     The classifier's ``loss``/``predict`` logic (data samples, label
     concatenation) stays eager, so nothing breaks the compiled graphs.
     """
-    from lect_mm.engine import compile_submodules
+    from lect_mm.engine.hooks import compile_submodules
 
     compile_submodules(model)
     return model

@@ -1,6 +1,7 @@
 """``SafeCheckpointHook``: mmengine's ``CheckpointHook`` that never leaves a
 partial checkpoint and never deletes the last good one."""
 import os.path as osp
+from contextlib import contextmanager
 from typing import Optional
 
 from mmengine.dist import is_main_process
@@ -26,32 +27,23 @@ def _is_local(path) -> bool:
 
 
 class _DeferredRemovals:
-    """Stands in for the hook's file backend while mmengine's
-    ``_save_best_checkpoint`` runs: an existing file it checks for (the
-    previous best, which mmengine deletes *before* writing the new one) is
-    reported absent and queued, and removals are queued too; the hook
-    removes the queue after the new checkpoint is written."""
+    """Stands in for the hook's file backend while mmengine's saving code
+    runs: an existing file it checks for or removes (the previous best, the
+    checkpoint beyond ``max_keep_ckpts``: mmengine deletes them *before*
+    writing the new one) is reported absent and queued; the hook removes
+    the queue after the new checkpoint is written."""
 
     def __init__(self, backend):
         self.backend = backend
         self.queued = []
 
-    def _queue(self, path) -> bool:
-        if self.backend.isfile(path) or self.backend.isdir(path):
+    def isfile(self, path) -> bool:
+        if path not in self.queued and (self.backend.isfile(path)
+                                        or self.backend.isdir(path)):
             self.queued.append(path)
         return False
 
-    def isfile(self, path) -> bool:
-        return self._queue(path)
-
-    def isdir(self, path) -> bool:
-        return self._queue(path)
-
-    def remove(self, path) -> None:
-        self._queue(path)
-
-    def rmtree(self, path) -> None:
-        self._queue(path)
+    isdir = remove = rmtree = isfile
 
     def __getattr__(self, name):
         return getattr(self.backend, name)
@@ -93,7 +85,7 @@ class SafeCheckpointHook(CheckpointHook):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._deferred = None
+        self._saves = 0  # checkpoints written by this process
         self._extra = None
         self._out_dir_final = False
 
@@ -126,6 +118,7 @@ class SafeCheckpointHook(CheckpointHook):
                     'that was killed while writing it.')
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        self._saves += 1
         if self._extra:
             checkpoint.update(self._extra)
         for key, value in list(checkpoint.items()):
@@ -213,23 +206,18 @@ class SafeCheckpointHook(CheckpointHook):
 
     def save_stop_checkpoint(self, runner, meta: dict,
                              extra: Optional[dict] = None) -> str:
-        """Save a resumable checkpoint of the iteration a run stops after.
-
-        Written as every checkpoint of this hook (atomically, with its
-        digest, runtime state as plain data), with the optimizer and the
-        schedulers whatever ``save_optimizer`` says, as ``iter_{N}.pth``
-        (``N = meta['iter']``, the iterations done) in the hook's
-        ``out_dir``; ``last_checkpoint`` then names it. It is not one of the
-        ``max_keep_ckpts`` checkpoints: none of those is removed, and it is
-        removed itself once a later checkpoint is written and reads back
-        intact. Every rank calls it; rank 0 writes.
+        """Save a resumable checkpoint of the iteration a run stops after,
+        ``iter_{N}.pth`` (``N = meta['iter']``) in ``out_dir``, as every
+        checkpoint of this hook, with the optimizer and the schedulers;
+        ``last_checkpoint`` then names it. It is not one of the
+        ``max_keep_ckpts``: none of those is removed, and it is removed
+        itself once a later checkpoint reads back intact. Every rank calls
+        it; rank 0 writes.
 
         Args:
             runner (Runner): The runner, in ``train()``.
-            meta (dict): The checkpoint's ``meta`` (``epoch`` and ``iter``
-                at least).
-            extra (dict, optional): More top-level entries of the
-                checkpoint.
+            meta (dict): The checkpoint's ``meta`` (``epoch``, ``iter``...).
+            extra (dict, optional): More top-level entries.
 
         Returns:
             str: The checkpoint's path.
@@ -260,67 +248,55 @@ class SafeCheckpointHook(CheckpointHook):
                 self._remove_outdated(runner, [previous], [path])
         return path
 
-    def _save_checkpoint_with_step(self, runner, step, meta):
-        # mmengine's method, except that the checkpoint beyond
-        # max_keep_ckpts is removed after the save, and last_checkpoint is
-        # written atomically; the checkpoint of a stop (save_stop_checkpoint)
-        # is removed after the save too.
-        outdated = []
-        stop_ckpt = runner.message_hub.pop_info('stop_ckpt')
-        if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids and
-                                            self.keep_ckpt_ids[-1] == step):
-            if len(self.keep_ckpt_ids) == self.max_keep_ckpts:
-                outdated.append(
-                    self.file_backend.join_path(
-                        self.out_dir,
-                        self.filename_tmpl.format(
-                            self.keep_ckpt_ids.popleft())))
-            self.keep_ckpt_ids.append(step)
-            runner.message_hub.update_info('keep_ckpt_ids',
-                                           list(self.keep_ckpt_ids))
+    # mmengine's hook saves in these three; each runs with removals deferred
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
+                         outputs=None) -> None:
+        with self._removals_after_save(runner):
+            super().after_train_iter(runner, batch_idx, data_batch, outputs)
 
-        ckpt_filename = self.filename_tmpl.format(step)
-        self.last_ckpt = self.file_backend.join_path(self.out_dir,
-                                                     ckpt_filename)
-        runner.message_hub.update_info('last_ckpt', self.last_ckpt)
+    def after_train_epoch(self, runner) -> None:
+        with self._removals_after_save(runner):
+            super().after_train_epoch(runner)
+
+    def after_val_epoch(self, runner, metrics) -> None:
+        with self._removals_after_save(runner):
+            super().after_val_epoch(runner, metrics)
+
+    @contextmanager
+    def _removals_after_save(self, runner):
+        """Run mmengine's saving code with the files it removes (the
+        checkpoint beyond ``max_keep_ckpts``, the previous best) queued;
+        once it has saved, rewrite ``last_checkpoint`` atomically, and
+        remove the queue (and the checkpoint of a stop) after the new
+        checkpoints read back intact. An error while saving removes
+        nothing."""
+        hub = runner.message_hub
+        stop_ckpt = hub.pop_info('stop_ckpt')
+        saves = self._saves
+        backend = self.file_backend
+        deferred = self.file_backend = _DeferredRemovals(backend)
+        try:
+            yield
+        except BaseException:
+            if stop_ckpt is not None:
+                hub.update_info('stop_ckpt', stop_ckpt)
+            raise
+        finally:
+            self.file_backend = backend
+        if self._saves == saves:  # nothing saved (ranks but 0 never save)
+            if stop_ckpt is not None:
+                hub.update_info('stop_ckpt', stop_ckpt)
+            return
+        if self.last_ckpt is not None:  # mmengine wrote it, not atomically
+            atomic_write(
+                osp.join(runner.work_dir, LAST_CHECKPOINT),
+                str(self.last_ckpt).encode())
+        outdated = list(deferred.queued)
         if stop_ckpt is not None and stop_ckpt != self.last_ckpt and \
                 stop_ckpt not in self._kept_paths():
             outdated.append(stop_ckpt)
-        runner.save_checkpoint(
-            self.out_dir,
-            ckpt_filename,
-            self.file_client_args,
-            save_optimizer=self.save_optimizer,
-            save_param_scheduler=self.save_param_scheduler,
-            meta=meta,
-            by_epoch=self.by_epoch,
-            backend_args=self.backend_args,
-            **self.args)
-        if not is_main_process():
-            return
-        atomic_write(
-            osp.join(runner.work_dir, LAST_CHECKPOINT),
-            str(self.last_ckpt).encode())
-        if self._deferred is not None:
-            self._deferred.queued.extend(outdated)
-        else:
-            self._remove_outdated(runner, outdated, [self.last_ckpt])
-
-    def _save_best_checkpoint(self, runner, metrics) -> None:
-        # mmengine's method, with the removals it makes deferred until the
-        # new best (and the epoch checkpoint it re-saves) are written.
-        if not self.save_best:
-            return
-        backend = self.file_backend
-        self._deferred = self.file_backend = _DeferredRemovals(backend)
-        try:
-            super()._save_best_checkpoint(runner, metrics)
-        finally:
-            queued, self._deferred = self._deferred.queued, None
-            self.file_backend = backend
-        written = {self.best_ckpt_path} if len(self.key_indicators) == 1 \
-            else set(self.best_ckpt_path_dict.values())
-        if self.last_ckpt is not None:
-            written.add(self.last_ckpt)
+        written = {self.last_ckpt, getattr(self, 'best_ckpt_path', None)}
+        written.update((getattr(self, 'best_ckpt_path_dict', None) or
+                        {}).values())
         written.discard(None)
-        self._remove_outdated(runner, queued, sorted(written))
+        self._remove_outdated(runner, outdated, sorted(written))

@@ -3,7 +3,7 @@
 The launcher arguments (and the ``LOCAL_RANK`` export), the work directory
 fallback, the dataloader defaults and the building of the runner: the
 config checked first (:func:`~lect_mm.engine.check_config`), then built
-inside :func:`~lect_mm.engine.distributed_context` and
+inside :func:`~lect_mm.engine.dist.distributed_context` and
 :func:`~lect_mm.engine.explain_config_errors`.
 """
 import argparse
@@ -166,7 +166,7 @@ def runner_context(cfg: Config) -> Iterator[Runner]:
 
     The config is checked first (:func:`~lect_mm.engine.check_config`);
     building and the body run inside
-    :func:`~lect_mm.engine.distributed_context` (CPU DDP, process group
+    :func:`~lect_mm.engine.dist.distributed_context` (CPU DDP, process group
     torn down) and :func:`~lect_mm.engine.explain_config_errors` (config
     mistakes named; an epoch of no iterations too), and the runner gets a
     :class:`~lect_mm.engine.ConfigCheckHook` (classes and head width checked

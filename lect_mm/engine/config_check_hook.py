@@ -10,11 +10,7 @@ from mmpretrain.registry import HOOKS
 
 from .config_tree import MISSING, ConfigMismatchError, as_dict, lookup
 from .hooks import get_rng_state, set_rng_state
-
-
-def _unwrap(model):
-    from mmengine.model import is_model_wrapper
-    return model.module if is_model_wrapper(model) else model
+from .loading import unwrap_model
 
 
 def _set_keys(cfg: dict, *candidates: str) -> List[str]:
@@ -197,7 +193,7 @@ class ConfigCheckHook(Hook):
     max_scanned_labels = 200_000
 
     def before_run(self, runner) -> None:
-        model = _unwrap(runner.model)
+        model = unwrap_model(runner.model)
         cfg = as_dict(runner.cfg)
         loaders = []
         for name in ('train', 'val', 'test'):

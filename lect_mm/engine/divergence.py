@@ -9,10 +9,10 @@ from typing import Optional
 import torch
 from mmengine.dist import all_reduce, is_distributed
 from mmengine.hooks import Hook
-from mmengine.model import is_model_wrapper
 from mmpretrain.registry import HOOKS
 
 from .checkpoint_io import CheckpointError, latest_checkpoint
+from .loading import unwrap_model
 
 
 class DivergenceError(RuntimeError):
@@ -132,8 +132,7 @@ class NonFiniteLossHook(Hook):
     def after_train_epoch(self, runner) -> None:
         if not self.enabled:
             return
-        model = runner.model.module if is_model_wrapper(
-            runner.model) else runner.model
+        model = unwrap_model(runner.model)
         bad = _non_finite_tensors(
             list(model.named_parameters()) + list(model.named_buffers()))
         flag = torch.tensor(1. if bad else 0.)

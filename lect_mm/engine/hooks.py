@@ -8,6 +8,7 @@ import torch
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
 
+from .loading import unwrap_model
 from .plain_state import from_plain
 
 
@@ -199,11 +200,8 @@ class CompileModelHook(Hook):
         self.compile_kwargs = compile_kwargs
 
     def before_run(self, runner) -> None:
-        from mmengine.model import is_model_wrapper
-
-        model = runner.model.module if is_model_wrapper(
-            runner.model) else runner.model
-        compiled = compile_submodules(model, self.targets,
+        compiled = compile_submodules(unwrap_model(runner.model),
+                                      self.targets,
                                       **self.compile_kwargs)
         runner.logger.info(
             f'torch.compile({self.compile_kwargs or ""}) on '

@@ -13,10 +13,10 @@ one-line opt-out of that path:
   key ``load_from_strict`` (``--cfg-options load_from_strict=False``);
 - ``init_cfg=dict(type='Pretrained', ..., strict=False)`` in a run of
   ``LectRunner``: :class:`StrictPretrainedInit` is ``Pretrained`` in the
-  ``lect_mm`` scope, in which ``LectRunner`` initialises the model's
-  weights (mmengine applies an init config named ``Pretrained`` after the
-  submodules' own initialisation, so the name, not a new one, is what must
-  resolve to the strict loader);
+  ``lect_mm`` scope, which ``LectRunner`` gives its model's ``Pretrained``
+  init configs (:func:`scope_pretrained_init`; mmengine applies an init
+  config named ``Pretrained`` after the submodules' own initialisation, so
+  the name, not a new one, is what must resolve to the strict loader);
 - :func:`load_checkpoint` (``lect_mm.engine.load_checkpoint(model, path,
   strict=False)``), mmengine's function with ``strict=True`` as default.
 
@@ -39,7 +39,7 @@ from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.model.weight_init import PretrainedInit, update_init_info
 from mmengine.runner.checkpoint import _IncompatibleKeys
 
-from lect_mm.registry import WEIGHT_INITIALIZERS
+from lect_mm.registry import SCOPE, WEIGHT_INITIALIZERS
 from .checkpoint_io import CheckpointError, load_checkpoint_verified
 
 RUNNER_OPT_OUT = (
@@ -63,6 +63,23 @@ _SHOWN = 3
 class CheckpointMismatchError(CheckpointError):
     """A checkpoint's keys or shapes do not fit the model it is loaded into.
     """
+
+
+def unwrap_model(model):
+    """The model inside a model wrapper (DDP...), or ``model`` itself."""
+    return model.module if is_model_wrapper(model) else model
+
+
+def scope_pretrained_init(model) -> None:
+    """Build every ``init_cfg=dict(type='Pretrained', ...)`` of ``model``'s
+    modules in the ``lect_mm`` scope, where the name is
+    :class:`StrictPretrainedInit`: each gets ``_scope_='lect_mm'``
+    (mmengine's per-config scope) unless it names a scope itself."""
+    for module in unwrap_model(model).modules():
+        init_cfg = getattr(module, 'init_cfg', None)
+        for cfg in init_cfg if isinstance(init_cfg, list) else [init_cfg]:
+            if isinstance(cfg, dict) and cfg.get('type') == 'Pretrained':
+                cfg.setdefault('_scope_', SCOPE)
 
 
 def load_state_dict_collecting(module, state_dict

@@ -10,23 +10,18 @@ from torch.utils.data import BatchSampler
 
 @LOOPS.register_module()
 class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
-    """mmengine's ``EpochBasedTrainLoop`` (same arguments, same iterations),
-    plus two things:
-
-    - after every iteration, and between two epochs (after the
-      validation), it asks its runner whether to stop
-      (:meth:`~lect_mm.engine.LectRunner.stop_if_requested`: a stop signal
-      or a failed write), so a run can stop between any two iterations;
-    - it can begin an epoch after its first iterations
-      (:meth:`start_epoch_at`, set when a run resumes from a checkpoint
-      written inside an epoch): the batch indices the hooks see go on from
-      there, and a :class:`~lect_mm.datasets.SeededSampler` skips the
-      samples already trained without loading them (another sampler's
-      batches are loaded and dropped).
+    """mmengine's ``EpochBasedTrainLoop`` (same arguments, same iterations)
+    that can begin an epoch after its first iterations
+    (:meth:`start_epoch_at`, set by
+    :class:`~lect_mm.engine.preemption.PreemptionHook` when a run resumes
+    from a checkpoint written inside an epoch): the batch indices the hooks
+    see go on from there, and a :class:`~lect_mm.datasets.SeededSampler`
+    skips the samples already trained without loading them (another
+    sampler's batches are loaded and dropped).
 
     :class:`~lect_mm.engine.LectRunner` builds it for ``train_cfg =
-    dict(by_epoch=True, ...)``; it can also be named,
-    ``train_cfg = dict(type='LectEpochBasedTrainLoop', max_epochs=...)``.
+    dict(by_epoch=True, ...)`` (:func:`epoch_loop_cfg`); it can also be
+    named, ``train_cfg = dict(type='LectEpochBasedTrainLoop', ...)``.
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -66,19 +61,22 @@ class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
         return islice(self.dataloader, start, None)
 
     def run_epoch(self) -> None:
-        """Iterate one epoch (the rest of it after :meth:`start_epoch_at`),
-        asking the runner whether to stop after each iteration, and before
-        the epoch when an epoch (and its validation) came before it."""
+        """Iterate one epoch (the rest of it after :meth:`start_epoch_at`).
+        """
         start, self._start_at = self._start_at, 0
-        check = getattr(self.runner, 'stop_if_requested', None)
-        if check is not None and start == 0 and self._iter > 0:
-            check(0)
         self.runner.call_hook('before_train_epoch')
         self.runner.model.train()
         for idx, data_batch in enumerate(self._batches(start), start):
             self.run_iter(idx, data_batch)
-            if check is not None:
-                check(idx + 1)
-
         self.runner.call_hook('after_train_epoch')
         self._epoch += 1
+
+
+def epoch_loop_cfg(train_cfg):
+    """``train_cfg`` with ``dict(by_epoch=True, ...)`` (no ``type``) as a
+    :class:`LectEpochBasedTrainLoop`; anything else unchanged."""
+    if isinstance(train_cfg, dict) and 'type' not in train_cfg and \
+            train_cfg.get('by_epoch', False):
+        train_cfg = {k: v for k, v in train_cfg.items() if k != 'by_epoch'}
+        train_cfg['type'] = LectEpochBasedTrainLoop
+    return train_cfg

@@ -1,25 +1,34 @@
-"""Stopping a training cleanly on a scheduler's signal.
+"""Stopping a training cleanly on a scheduler's signal, and resuming it
+inside the epoch.
 
 SLURM and most schedulers send ``SIGTERM`` before they kill a job (after a
 grace period), and ``SIGUSR1`` where the job asks for a warning
 (``sbatch --signal=USR1@120``). :class:`StopSignals` turns those signals
-into a request: its handler only records the signal, and the training loop
-(:class:`~lect_mm.engine.loops.LectEpochBasedTrainLoop`) acts on it at the
-end of the iteration in progress, on every rank at the same iteration: it
-writes a resumable checkpoint of that iteration and raises
-:class:`TrainingPreempted`, a ``SystemExit`` with the code
-:data:`PREEMPTED_EXIT_CODE`.
+into a request: its handler only records the signal, and
+:class:`PreemptionHook` acts on it at the end of the iteration in progress,
+on every rank at the same iteration: it writes a resumable checkpoint of
+that iteration and raises :class:`TrainingPreempted`, a ``SystemExit`` with
+the code :data:`PREEMPTED_EXIT_CODE`.
 
-:class:`~lect_mm.engine.LectRunner` installs the handlers when ``train()``
-starts and puts the previous ones back when it returns or raises; importing
-lect_mm installs nothing. The signals are the config's ``stop_signals``.
+The handlers are installed while ``train()`` runs, and the previous ones
+put back when it returns or raises; importing lect_mm installs nothing.
+:class:`~lect_mm.engine.LectRunner` registers the hook with the config's
+``stop_signals``.
 """
 import signal
 import threading
 from typing import Dict, Iterable, List, Optional, Union
 
 import torch
-from mmengine.dist import all_reduce, get_world_size
+from mmengine.dist import all_reduce, barrier, gather_object, get_world_size
+from mmengine.hooks import Hook
+from mmpretrain.registry import HOOKS
+from torch.utils.data import DataLoader
+
+from .checkpoint_hook import SafeCheckpointHook
+from .checkpoint_io import CheckpointError
+from .loading import unwrap_model
+from .loops import LectEpochBasedTrainLoop
 
 PREEMPTED_EXIT_CODE = 75
 """Exit status of a training stopped by a signal after writing its
@@ -106,7 +115,7 @@ class IgnoreStopSignals:
     method, default_runtime's) inherits its handlers: those signals are
     ignored in the worker, which ends when its loader ends it (or within
     seconds of its parent's death). Other workers are left as they are.
-    :class:`~lect_mm.engine.LectRunner` gives its loaders this function.
+    :class:`PreemptionHook` gives the run's loaders this function.
 
     Args:
         init_fn (callable, optional): The loader's ``worker_init_fn``.
@@ -172,13 +181,6 @@ class StopSignals:
                           signal.SIG_DFL)
 
     # -- the stop --------------------------------------------------------
-    @property
-    def name(self) -> Optional[str]:
-        """The first signal received (``'SIGTERM'``), or None."""
-        if self.received is None:
-            return None
-        return signal.Signals(self.received).name
-
     def agreed(self) -> int:
         """Whether to stop now: the number of a signal a rank has received
         (the highest, if several), or 0.
@@ -193,3 +195,205 @@ class StopSignals:
         flag = torch.tensor([local], dtype=torch.int32)
         all_reduce(flag, op='max')
         return int(flag.item())
+
+
+def _processes(n: int) -> str:
+    return f'{n} process' + ('' if n == 1 else 'es')
+
+
+@HOOKS.register_module()
+class PreemptionHook(Hook):
+    """Stop a training cleanly on a signal; resume it inside the epoch.
+
+    From ``before_train`` to ``after_train`` (:meth:`restore`;
+    ``LectRunner.train`` calls it when training raises) the stop signals
+    are recorded (:class:`StopSignals`) and ignored by the loaders' workers
+    (:class:`IgnoreStopSignals`). After each iteration (its other hooks
+    first) and before an epoch that follows another, every rank asks
+    whether a rank got one; if so, the checkpoint of that point,
+    ``iter_{N}.pth``, is saved by the
+    :class:`~lect_mm.engine.SafeCheckpointHook` (with each rank's BatchNorm
+    statistics, which DDP averages only at an epoch's end), the log says
+    why, and :class:`TrainingPreempted` is raised. ``--resume`` from such a
+    checkpoint goes on inside the epoch
+    (:meth:`~lect_mm.engine.loops.LectEpochBasedTrainLoop.start_epoch_at`)
+    with each rank's own statistics, given the same data, batch size and
+    number of processes (else a :class:`~lect_mm.engine.CheckpointError`).
+    A run that cannot stop with a checkpoint (no LectEpochBasedTrainLoop or
+    SafeCheckpointHook, not in the main thread) says why in its log and
+    leaves the signals their usual effect.
+
+    Args:
+        stop_signals (str | int | Iterable | None): What
+            :func:`parse_stop_signals` accepts; None or ``[]``: none.
+    """
+
+    priority = 'LOWEST'  # an iteration's other hooks (its checkpoint) first
+
+    def __init__(self, stop_signals=DEFAULT_STOP_SIGNALS) -> None:
+        self.signals = parse_stop_signals(stop_signals)
+        self.stop: Optional[StopSignals] = None  # installed ones
+        self._resumed = None  # (file, meta, rank_buffers) inside an epoch
+        self._resumed_epoch = False  # the epoch goes on: no check before it
+
+    # ------------------------------------------------------------ signals
+    def before_train(self, runner) -> None:
+        self._resume_inside_epoch(runner)
+        self._install(runner)
+
+    def after_train(self, runner) -> None:
+        self.restore()
+
+    def restore(self) -> None:
+        """Put back the handlers the run found."""
+        if self.stop is not None:
+            self.stop.restore()
+            self.stop = None
+
+    def _install(self, runner) -> None:
+        if not self.signals:
+            return
+        names = ', '.join(sig.name for sig in self.signals)
+        missing = []
+        if not isinstance(runner.train_loop, LectEpochBasedTrainLoop):
+            missing.append('an epoch-based train loop (train_cfg = dict('
+                           'by_epoch=True, ...) or LectEpochBasedTrainLoop)')
+        if self._checkpoint_hook(runner) is None:
+            missing.append('a SafeCheckpointHook (default_hooks.checkpoint)')
+        stop = StopSignals(self.signals)
+        if not missing and not stop.install():
+            missing.append('to run in the main thread')
+        if missing:
+            runner.logger.warning(
+                f'stop_signals: {names} keep their usual effect in this run '
+                f'(it ends without a checkpoint): stopping cleanly needs '
+                f'{" and ".join(missing)}.')
+            return
+        self.stop = stop
+        for loop in (runner.train_loop, runner.val_loop):
+            loader = getattr(loop, 'dataloader', None)
+            if isinstance(loader, DataLoader) and loader.num_workers > 0 \
+                    and not isinstance(loader.worker_init_fn,
+                                       IgnoreStopSignals):
+                loader.worker_init_fn = IgnoreStopSignals(
+                    loader.worker_init_fn)
+
+    @staticmethod
+    def _checkpoint_hook(runner) -> Optional[SafeCheckpointHook]:
+        return next((hook for hook in runner.hooks
+                     if isinstance(hook, SafeCheckpointHook)), None)
+
+    # ----------------------------------------------------------- the stop
+    def before_train_epoch(self, runner) -> None:
+        resumed, self._resumed_epoch = self._resumed_epoch, False
+        if not resumed and runner.iter > 0:
+            self._stop_if_requested(runner, 0, runner.iter)
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
+                         outputs=None) -> None:
+        # the loop counts this iteration (runner.iter) after its hooks
+        self._stop_if_requested(runner, batch_idx + 1, runner.iter + 1)
+
+    def _stop_if_requested(self, runner, inner_iter: int, done: int) -> None:
+        """On every rank: when a rank has received a stop signal, save the
+        checkpoint of this point and raise :class:`TrainingPreempted`.
+
+        Args:
+            inner_iter (int): The iterations of the current epoch done; 0
+                before an epoch (its predecessor and validation done).
+            done (int): The iterations done.
+        """
+        stop = self.stop
+        if stop is None:
+            return
+        signum = stop.agreed()
+        if not signum:
+            return
+        loader = runner.train_dataloader
+        name = signal_name = signal.Signals(signum).name
+        if stop.received is None:
+            name += ' (received by another rank)'
+        meta = dict(
+            epoch=runner.epoch,
+            iter=done,
+            inner_iter=inner_iter,
+            epoch_length=len(loader),
+            batch_size=loader.batch_size,
+            world_size=runner.world_size,
+            stop_signal=signal_name)
+        extra = None
+        if runner.world_size > 1:
+            buffers = {
+                key: buffer.detach().cpu().clone()
+                for key, buffer in unwrap_model(runner.model).named_buffers()
+            }
+            extra = dict(rank_buffers=gather_object(buffers, dst=0))
+        path = self._checkpoint_hook(runner).save_stop_checkpoint(
+            runner, meta, extra)
+        if stop.count > 1:  # more signals came while it stopped
+            name += f' ({stop.count} signals received)'
+        if inner_iter:
+            where = (f'epoch {runner.epoch + 1}, iteration {inner_iter} of '
+                     f'{len(loader)}')
+        else:
+            where = f'before epoch {runner.epoch + 1}'
+        message = (
+            f'{name}: stopped after iteration {done} ({where}). '
+            f'Saved {path}; train again with --resume to go on from there.')
+        runner.logger.warning(message)
+        barrier()  # no rank leaves before rank 0 has written and logged
+        self.restore()
+        raise TrainingPreempted(message, str(path), signal_name, done)
+
+    # ------------------------------------------- resuming inside an epoch
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        meta = checkpoint.get('meta') or {}
+        self._resumed = None
+        if meta.get('inner_iter'):
+            filename = getattr(runner, 'checkpoint_file', None) or \
+                'the checkpoint'
+            self._resumed = (filename, meta, checkpoint.get('rank_buffers'))
+
+    def _resume_inside_epoch(self, runner) -> None:
+        """After ``--resume`` (the loop is where the checkpoint's ``meta``
+        says; ``load_from`` leaves it at 0) from a checkpoint written inside
+        an epoch: go on inside it."""
+        resumed, self._resumed = self._resumed, None
+        if resumed is None:
+            return
+        filename, meta, rank_buffers = resumed
+        if (runner.epoch, runner.iter) != (meta['epoch'], meta['iter']):
+            return
+        loader = runner.train_dataloader
+        inner_iter = int(meta['inner_iter'])
+        here = (len(loader), loader.batch_size, runner.world_size)
+        there = (meta.get('epoch_length'), meta.get('batch_size'),
+                 meta.get('world_size'))
+        where = (f'Checkpoint {filename} was written inside epoch '
+                 f'{meta["epoch"] + 1}, after its iteration {inner_iter}')
+        if here != there:
+            raise CheckpointError(
+                f'{where} of {there[0]} ({_processes(there[2])}, batch size '
+                f'{there[1]}); this run has {here[0]} iterations per epoch '
+                f'({_processes(here[2])}, batch size {here[1]}). Resuming '
+                'inside an epoch needs the same data, batch size and number '
+                'of processes; resume from an epoch_*.pth checkpoint '
+                'instead.')
+        if not isinstance(runner.train_loop, LectEpochBasedTrainLoop):
+            raise CheckpointError(
+                f'{where}; this run\'s train loop, '
+                f'{type(runner.train_loop).__name__}, cannot resume inside '
+                'an epoch (LectEpochBasedTrainLoop can: train_cfg = dict('
+                'by_epoch=True, ...)).')
+        runner.train_loop.start_epoch_at(inner_iter)
+        self._resumed_epoch = True
+        if rank_buffers is not None and \
+                len(rank_buffers) == runner.world_size:
+            module = unwrap_model(runner.model)
+            with torch.no_grad():
+                for key, value in rank_buffers[runner.rank].items():
+                    module.get_buffer(key).copy_(value)
+        runner.logger.info(
+            f'{where} of {len(loader)} (stopped by '
+            f'{meta.get("stop_signal", "a signal")}): the epoch goes on '
+            f'from iteration {inner_iter + 1}.')

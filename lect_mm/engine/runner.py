@@ -5,7 +5,7 @@ verified, resumes only from intact files, and owns its work directory.
 ``tools/train.py``, ``tools/test.py`` and mmpretrain's own tools build it,
 for lect_mm's models and for any other model trained with that runtime
 config. What it adds is local to its run: nothing changes for other runners
-in the process, and the signal handlers it installs while ``train()`` runs
+in the process, and the signal handlers installed while ``train()`` runs
 are put back when it returns. It reads six config keys besides the
 ``Runner``'s:
 
@@ -29,39 +29,28 @@ are put back when it returns. It reads six config keys besides the
   Every run's log folder is its own: a run started in the same second as
   another one in the same work dir gets ``<timestamp>_1`` (``_2`` ...).
 - ``stop_signals`` (default ``['SIGTERM', 'SIGUSR1']``; None or ``[]``
-  turns it off): on one of these signals the training finishes the
-  iteration in progress (every rank the same one), writes a resumable
-  checkpoint of it, ``iter_{N}.pth``, logs why it stopped and raises
-  :class:`~lect_mm.engine.preemption.TrainingPreempted` (exit status 75);
-  ``--resume`` goes on from that iteration (:mod:`~lect_mm.engine.
-  preemption`).
-
+  turns it off): the signals on which the training stops after the
+  iteration in progress with a resumable checkpoint
+  (:class:`~lect_mm.engine.preemption.PreemptionHook`).
 - ``resume_schedule`` (default ``'config'``): what ``--resume`` does when
-  the config's parameter schedule differs from the checkpoint's (e.g.
-  ``--cfg-options train_cfg.max_epochs=N``): go on with the config's, from
-  where a run with it would be, or (``'checkpoint'``) with the
-  checkpoint's; either way a warning lists the differences
-  (:class:`~lect_mm.engine.CheckpointCheckHook`, which also stops testing
-  a checkpoint on data whose classes differ from those it was trained on).
+  the config's parameter schedule differs from the checkpoint's: go on
+  with the config's, from where a run with it would be, or
+  (``'checkpoint'``) with the checkpoint's
+  (:class:`~lect_mm.engine.CheckpointCheckHook`).
 
 A write that fails because the disk is full (the log file, a checkpoint)
 stops the run at once with a :class:`~lect_mm.engine.write_errors.
 DiskFullError` naming the file and the last intact checkpoint.
 """
-import copy
 import logging
 import os
 import os.path as osp
-import signal
 from typing import Optional
 
-import torch
-from mmengine.dist import (barrier, broadcast_object_list, gather_object,
-                           get_dist_info, master_only)
-from mmengine.model import is_model_wrapper
-from mmengine.registry import RUNNERS, DefaultScope
+from mmengine.dist import broadcast_object_list, get_dist_info, master_only
+from mmengine.hooks import Hook
+from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
-from torch.utils.data import DataLoader
 
 from lect_mm._warnings import silence_known_log_messages
 from .checkpoint_checks import CheckpointCheckHook
@@ -69,10 +58,10 @@ from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
                             latest_checkpoint, load_checkpoint_verified)
 from .config_check_hook import ConfigCheckHook
-from .loading import RUNNER_OPT_OUT, load_state_dict_checked, state_dict_of
-from .loops import LectEpochBasedTrainLoop
-from .preemption import (DEFAULT_STOP_SIGNALS, IgnoreStopSignals, StopSignals,
-                         TrainingPreempted)
+from .loading import (RUNNER_OPT_OUT, load_state_dict_checked,
+                      scope_pretrained_init, state_dict_of, unwrap_model)
+from .loops import epoch_loop_cfg
+from .preemption import DEFAULT_STOP_SIGNALS, PreemptionHook
 from .workdir import WorkDirInUseError, WorkDirLock
 from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
 
@@ -123,66 +112,98 @@ def _claim_log_dir(work_dir: str, timestamp: str) -> str:
     return name
 
 
-def _local_buffers(model) -> dict:
-    module = model.module if is_model_wrapper(model) else model
-    return {
-        name: buffer.detach().cpu().clone()
-        for name, buffer in module.named_buffers()
-    }
+def _disk_full_error(runner, error: OSError) -> DiskFullError:
+    """A full disk as a :class:`DiskFullError` naming the file, with a note
+    naming the last intact checkpoint."""
+    if not isinstance(error, DiskFullError):
+        error = DiskFullError(error.filename or f'a file in {runner.work_dir}',
+                              error)
+    try:
+        latest = latest_checkpoint(runner.work_dir, logger=runner.logger,
+                                   checkpoint_dir=runner.checkpoint_dir())
+    except CheckpointError as problem:
+        error.add_note(f'The run stopped at this first failed write. '
+                       f'{problem}')
+        return error
+    if latest is None:
+        error.add_note('The run stopped at this first failed write, before '
+                       'it had written a checkpoint.')
+        return error
+    error.add_note(
+        f'The run stopped at this first failed write; its last checkpoint, '
+        f'{latest}, is intact: free some space, then train again with '
+        '--resume.')
+    return error
+
+
+class _LectRunnerHook(Hook):
+    """The runner's own duties between hooks: a failed log write that was
+    swallowed on its way up is raised after the iteration (or before the
+    epoch) it happened in; ``after_run`` releases the run's resources
+    (:meth:`LectRunner.release`)."""
+
+    priority = 'LOWEST'
+
+    def _raise_log_error(self, runner) -> None:
+        for handler in runner.logger.handlers:
+            error = getattr(handler, 'error', None)
+            if isinstance(handler, GuardedFileHandler) and error is not None:
+                raise error
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None) -> None:
+        self._raise_log_error(runner)
+
+    def before_train_epoch(self, runner) -> None:
+        self._raise_log_error(runner)
+
+    def after_run(self, runner) -> None:
+        runner.release()
 
 
 @RUNNERS.register_module()
 class LectRunner(Runner):
-    """mmengine's ``Runner`` (same arguments and config), plus:
-
-    - checkpoints load verified (:mod:`~lect_mm.engine.checkpoint_io`) and
-      strictly (``load_from_strict``); the model's weights are initialised
-      in the ``lect_mm`` scope, where ``init_cfg=dict(type='Pretrained',
-      ...)`` is :class:`~lect_mm.engine.StrictPretrainedInit`
-      (``strict=False`` in it loads what fits);
-    - the head, classes and data are checked before the first iteration
-      (:class:`~lect_mm.engine.ConfigCheckHook`), a loaded checkpoint's
-      classes and, on resume, its schedule against the config's
-      (:class:`~lect_mm.engine.CheckpointCheckHook`, ``resume_schedule``);
-    - ``--resume`` without a path says when there is nothing to resume
-      (a warning naming the work dir; training starts from scratch) and
-      does not resume from a damaged checkpoint (``resume_intact``);
-      ``--resume PATH`` with a missing PATH stops, naming it;
-    - the work directory is locked from before anything is written in it
-      until ``train``/``val``/``test`` returns (``lock_work_dir``);
-    - persistent data-loader workers end when ``train``/``val``/``test``
-      returns;
-    - its log drops mmengine's FileClient deprecation lines;
-    - its log folder is its own (``log_dir_only``: the config copy too);
-    - ``train_cfg = dict(by_epoch=True, ...)`` builds a
-      :class:`~lect_mm.engine.loops.LectEpochBasedTrainLoop`: a signal
-      (``stop_signals``) stops the run after the iteration in progress
-      with a resumable checkpoint, and ``--resume`` from it goes on inside
-      the epoch;
-    - a full disk stops the run at the first failed write (log or
-      checkpoint) with a :class:`~lect_mm.engine.write_errors.
-      DiskFullError` naming the file and the last intact checkpoint.
+    """mmengine's ``Runner`` (same arguments and config), plus what the
+    module's documentation lists: verified and strict checkpoint loading
+    (also for ``init_cfg=dict(type='Pretrained')``: :func:`~lect_mm.engine.
+    loading.scope_pretrained_init`), ``--resume`` from the latest intact
+    checkpoint only, a locked work dir and a log folder of its own, loader
+    workers ended and the lock released when ``train``/``val``/``test``
+    returns (and when ``train`` raises; after ``val``/``test`` raise, when
+    the runner is collected), the log through a :class:`~lect_mm.engine.
+    write_errors.GuardedFileHandler`, and these hooks if the config has
+    none of their type: :class:`~lect_mm.engine.ConfigCheckHook`,
+    :class:`~lect_mm.engine.CheckpointCheckHook` and
+    :class:`~lect_mm.engine.PreemptionHook` (``stop_signals``;
+    ``train_cfg = dict(by_epoch=True, ...)`` builds a
+    :class:`~lect_mm.engine.LectEpochBasedTrainLoop`, which it needs).
     """
 
     def __init__(self, *args, **kwargs):
-        self._stop_signals = None
-        self._loaded_checkpoint = None
+        if len(args) > 5:  # train_cfg given by position
+            args = (*args[:5], epoch_loop_cfg(args[5]), *args[6:])
+        elif 'train_cfg' in kwargs:
+            kwargs['train_cfg'] = epoch_loop_cfg(kwargs['train_cfg'])
         # {path: (file identity, digest)} of the checkpoint --resume found
         # intact: its load does not verify it again
         self._verified = {}
         try:
             super().__init__(*args, **kwargs)
+            self.logger.handlers = [
+                GuardedFileHandler.replacing(handler)
+                if type(handler) is logging.FileHandler else handler
+                for handler in self.logger.handlers
+            ]
+            silence_known_log_messages(self.logger)
+            scope_pretrained_init(self.model)
+            stop_signals = self.cfg.get('stop_signals', DEFAULT_STOP_SIGNALS)
+            for hook in (ConfigCheckHook(), CheckpointCheckHook(),
+                         _LectRunnerHook(), PreemptionHook(stop_signals)):
+                if not any(isinstance(h, type(hook)) for h in self.hooks):
+                    self.register_hook(hook)
         except BaseException:
             self.release_work_dir()
             raise
-        silence_known_log_messages(self.logger)
-        for hook_type in (ConfigCheckHook, CheckpointCheckHook):
-            if not any(isinstance(h, hook_type) for h in self.hooks):
-                self.register_hook(hook_type())
-
-    def _init_model_weights(self) -> None:
-        with DefaultScope.overwrite_default_scope('lect_mm'):
-            super()._init_model_weights()
 
     def setup_env(self, env_cfg: dict) -> None:
         # Called by Runner.__init__ once the process group exists and before
@@ -192,18 +213,6 @@ class LectRunner(Runner):
         if self.cfg.get('lock_work_dir', True):
             self._work_dir_lock = _lock_work_dir(self._work_dir)
         self._timestamp = _claim_log_dir(self._work_dir, self._timestamp)
-
-    def build_logger(self, *args, **kwargs):
-        """``Runner.build_logger``; the log file is written through a
-        :class:`~lect_mm.engine.write_errors.GuardedFileHandler` (a failed
-        write raises once, instead of a report on stderr per line)."""
-        logger = super().build_logger(*args, **kwargs)
-        logger.handlers = [
-            GuardedFileHandler.replacing(handler)
-            if type(handler) is logging.FileHandler else handler
-            for handler in logger.handlers
-        ]
-        return logger
 
     @master_only
     def dump_config(self) -> None:
@@ -215,40 +224,20 @@ class LectRunner(Runner):
             else f'{self.timestamp}.py'
         self.cfg.dump(osp.join(self.log_dir, filename))
 
-    @staticmethod
-    def build_dataloader(dataloader, seed=None, diff_rank_seed=False):
-        """``Runner.build_dataloader``; the loader's worker processes ignore
-        the stop signals (:class:`~lect_mm.engine.preemption.
-        IgnoreStopSignals`), which would kill them."""
-        loader = Runner.build_dataloader(
-            dataloader, seed=seed, diff_rank_seed=diff_rank_seed)
-        if isinstance(loader, DataLoader) and loader.num_workers > 0 and \
-                not isinstance(loader.worker_init_fn, IgnoreStopSignals):
-            loader.worker_init_fn = IgnoreStopSignals(loader.worker_init_fn)
-        return loader
-
-    def build_train_loop(self, loop):
-        """``Runner.build_train_loop``; ``dict(by_epoch=True, ...)`` builds a
-        :class:`~lect_mm.engine.loops.LectEpochBasedTrainLoop`."""
-        if isinstance(loop, dict) and 'type' not in loop and loop.get(
-                'by_epoch', False):
-            loop = copy.deepcopy(loop)
-            loop.pop('by_epoch')
-            loop['type'] = LectEpochBasedTrainLoop
-        return super().build_train_loop(loop)
-
     def release_work_dir(self) -> None:
         """Drop the work-dir lock (done when train/val/test returns)."""
         lock = getattr(self, '_work_dir_lock', None)
         if lock is not None:
             lock.release()
 
-    def stop_loader_workers(self) -> None:
-        """End the persistent workers of the built loops' data loaders (done
-        when train/val/test returns; a later loop starts new ones).
+    def release(self) -> None:
+        """End the persistent workers of the built loops' data loaders (a
+        later loop starts new ones), put back the stop-signal handlers and
+        drop the work-dir lock: done when train/val/test returns, and when
+        train raises.
 
         Left to the garbage collector, a runner in a reference cycle stops
-        each worker only after torch's 5 s join timeout.
+        each loader worker only after torch's 5 s join timeout.
         """
         for loop in (self._train_loop, self._val_loop, self._test_loop):
             loader = getattr(loop, 'dataloader', None)
@@ -256,213 +245,31 @@ class LectRunner(Runner):
             if hasattr(iterator, '_shutdown_workers'):
                 iterator._shutdown_workers()
                 loader._iterator = None
-
-    def _finish(self) -> None:
-        self.stop_loader_workers()
-        self.release_work_dir()
-
-    # ------------------------------------------------------------ stopping
-    def _checkpoint_hook(self) -> Optional[SafeCheckpointHook]:
         for hook in self.hooks:
-            if isinstance(hook, SafeCheckpointHook):
-                return hook
-        return None
+            if isinstance(hook, PreemptionHook):
+                hook.restore()
+        self.release_work_dir()
 
     def checkpoint_dir(self) -> str:
         """Where this run's checkpoints are: its
         :class:`SafeCheckpointHook`'s folder, else the work dir."""
-        hook = self._checkpoint_hook()
-        return self.work_dir if hook is None else hook.checkpoint_dir(self)
-
-    def _install_stop_signals(self) -> Optional[StopSignals]:
-        """Install the handlers of ``stop_signals`` if this run can stop
-        with a checkpoint; say so where it cannot."""
-        stop = StopSignals(self.cfg.get('stop_signals', DEFAULT_STOP_SIGNALS))
-        if not stop.signals or self._train_loop is None:
-            return None
-        names = ', '.join(sig.name for sig in stop.signals)
-        missing = []
-        if not isinstance(self.train_loop, LectEpochBasedTrainLoop):
-            missing.append('an epoch-based train loop (train_cfg = dict('
-                           'by_epoch=True, ...) or LectEpochBasedTrainLoop)')
-        if self._checkpoint_hook() is None:
-            missing.append('a SafeCheckpointHook (default_hooks.checkpoint)')
-        if not missing and not stop.install():
-            missing.append('to run in the main thread')
-        if missing:
-            self.logger.warning(
-                f'stop_signals: {names} keep their usual effect in this run '
-                f'(it ends without a checkpoint): stopping cleanly needs '
-                f'{" and ".join(missing)}.')
-            return None
-        return stop
-
-    def stop_if_requested(self, inner_iter: int) -> None:
-        """Called by the train loop after each iteration (on every rank).
-
-        Raises the error of a failed log write that was swallowed on its
-        way up; when a rank has received a stop signal, saves the
-        checkpoint of this iteration and raises
-        :class:`~lect_mm.engine.preemption.TrainingPreempted`.
-
-        Args:
-            inner_iter (int): The iterations of the current epoch done; 0
-                before an epoch (its predecessor and validation done).
-        """
-        for handler in self.logger.handlers:
-            error = getattr(handler, 'error', None)
-            if isinstance(handler, GuardedFileHandler) and error is not None:
-                raise error
-        stop = self._stop_signals
-        if stop is None:
-            return
-        signum = stop.agreed()
-        if not signum:
-            return
-        loader = self.train_dataloader
-        signal_name = signal.Signals(signum).name
-        name = signal_name
-        if stop.received is None:
-            name += ' (received by another rank)'
-        meta = dict(
-            epoch=self.epoch,
-            iter=self.iter,
-            inner_iter=inner_iter,
-            epoch_length=len(loader),
-            batch_size=loader.batch_size,
-            world_size=self.world_size,
-            stop_signal=signal_name)
-        extra = None
-        if self.world_size > 1:
-            # DDP averages the BatchNorm statistics at the end of an epoch
-            # only (SyncBuffersHook): until then each rank has its own.
-            extra = dict(rank_buffers=gather_object(
-                _local_buffers(self.model), dst=0))
-        path = self._checkpoint_hook().save_stop_checkpoint(self, meta, extra)
-        if stop.count > 1:  # more signals came while it stopped
-            name += f' ({stop.count} signals received)'
-        if inner_iter:
-            where = (f'epoch {self.epoch + 1}, iteration {inner_iter} of '
-                     f'{len(loader)}')
-        else:
-            where = f'before epoch {self.epoch + 1}'
-        message = (
-            f'{name}: stopped after iteration {self.iter} ({where}). '
-            f'Saved {path}; train again with --resume to go on from there.')
-        self.logger.warning(message)
-        barrier()  # no rank leaves before rank 0 has written and logged
-        raise TrainingPreempted(message, str(path), signal_name, self.iter)
-
-    def _explain_write_error(self, error: OSError) -> OSError:
-        """A full disk as a :class:`DiskFullError` naming the file, with a
-        note naming the last intact checkpoint."""
-        if not isinstance(error, DiskFullError):
-            error = DiskFullError(
-                error.filename or f'a file in {self.work_dir}', error)
-        try:
-            latest = latest_checkpoint(self.work_dir, logger=self.logger,
-                                       checkpoint_dir=self.checkpoint_dir())
-        except CheckpointError as problem:
-            error.add_note(f'The run stopped at this first failed write. '
-                           f'{problem}')
-            return error
-        if latest is None:
-            error.add_note('The run stopped at this first failed write, '
-                           'before it had written a checkpoint.')
-            return error
-        error.add_note(
-            f'The run stopped at this first failed write; its last '
-            f'checkpoint, {latest}, is intact: free some space, then train '
-            'again with --resume.')
-        return error
+        for hook in self.hooks:
+            if isinstance(hook, SafeCheckpointHook):
+                return hook.checkpoint_dir(self)
+        return self.work_dir
 
     def train(self):
-        self._stop_signals = None
         try:
-            self._stop_signals = self._install_stop_signals()
             return super().train()
         except OSError as error:
             if not is_disk_full(error):
                 raise
-            explained = self._explain_write_error(error)
+            explained = _disk_full_error(self, error)
             if explained is error:
                 raise
             raise explained from error
         finally:
-            if self._stop_signals is not None:
-                self._stop_signals.restore()
-            self._finish()
-
-    def val(self):
-        try:
-            return super().val()
-        finally:
-            self._finish()
-
-    def test(self):
-        try:
-            return super().test()
-        finally:
-            self._finish()
-
-    def resume(self,
-               filename: str,
-               resume_optimizer: bool = True,
-               resume_param_scheduler: bool = True,
-               map_location='default') -> None:
-        """``Runner.resume``; a checkpoint written inside an epoch (a run
-        stopped by a signal) also resumes there: the train loop starts the
-        epoch after the iterations it had done, and each rank gets back its
-        own BatchNorm statistics."""
-        self._loaded_checkpoint = None
-        try:
-            super().resume(filename, resume_optimizer, resume_param_scheduler,
-                           map_location)
-            checkpoint = self._loaded_checkpoint or {}
-        finally:
-            self._loaded_checkpoint = None
-        meta = checkpoint.get('meta', {})
-        if meta.get('inner_iter'):
-            self._resume_inside_epoch(filename, meta,
-                                      checkpoint.get('rank_buffers'))
-
-    def _resume_inside_epoch(self, filename, meta, rank_buffers) -> None:
-        loader = self.train_dataloader
-        inner_iter = int(meta['inner_iter'])
-        here = (len(loader), loader.batch_size, self.world_size)
-        there = (meta.get('epoch_length'), meta.get('batch_size'),
-                 meta.get('world_size'))
-        where = (f'Checkpoint {filename} was written inside epoch '
-                 f'{meta["epoch"] + 1}, after its iteration {inner_iter}')
-
-        def processes(n):
-            return f'{n} process' + ('' if n == 1 else 'es')
-
-        if here != there:
-            raise CheckpointError(
-                f'{where} of {there[0]} ({processes(there[2])}, batch size '
-                f'{there[1]}); this run has {here[0]} iterations per epoch '
-                f'({processes(here[2])}, batch size {here[1]}). Resuming '
-                'inside an epoch needs the same data, batch size and number '
-                'of processes; resume from an epoch_*.pth checkpoint '
-                'instead.')
-        if not isinstance(self.train_loop, LectEpochBasedTrainLoop):
-            raise CheckpointError(
-                f'{where}; this run\'s train loop, '
-                f'{type(self.train_loop).__name__}, cannot resume inside an '
-                'epoch (LectEpochBasedTrainLoop can: train_cfg = dict('
-                'by_epoch=True, ...)).')
-        self.train_loop.start_epoch_at(inner_iter)
-        if rank_buffers is not None and len(rank_buffers) == self.world_size:
-            module = self.model.module if is_model_wrapper(
-                self.model) else self.model
-            with torch.no_grad():
-                for name, value in rank_buffers[self.rank].items():
-                    module.get_buffer(name).copy_(value)
-        self.logger.info(
-            f'{where} of {len(loader)} (stopped by '
-            f'{meta.get("stop_signal", "a signal")}): the epoch goes on '
-            f'from iteration {inner_iter + 1}.')
+            self.release()
 
     def load_or_resume(self) -> None:
         if self._has_loaded:
@@ -509,13 +316,8 @@ class LectRunner(Runner):
                 f'Checkpoint {filename} holds a {type(checkpoint).__name__}, '
                 'not a dict of weights.')
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
-        # for resume(): where the checkpoint was written
-        self._loaded_checkpoint = dict(
-            meta=checkpoint.get('meta', {}),
-            rank_buffers=checkpoint.get('rank_buffers'))
-        model = self.model.module if is_model_wrapper(
-            self.model) else self.model
-        load_state_dict_checked(model, state_dict_of(checkpoint, revise_keys),
+        load_state_dict_checked(unwrap_model(self.model),
+                                state_dict_of(checkpoint, revise_keys),
                                 f'Checkpoint {filename}', strict,
                                 RUNNER_OPT_OUT, self.logger)
         self._has_loaded = True

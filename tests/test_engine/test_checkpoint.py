@@ -8,7 +8,7 @@ import pytest
 import torch
 from tiny_run_utils import tiny_runner
 
-from lect_mm.engine import load_checkpoint_file
+from lect_mm.engine.checkpoint_io import load_checkpoint_file
 
 
 class Payload:
@@ -74,7 +74,7 @@ def test_http_checkpoints_load_with_weights_only(tmp_path, monkeypatch):
     import http.server
     import threading
 
-    from lect_mm.engine import load_checkpoint_verified
+    from lect_mm.engine.checkpoint_io import load_checkpoint_verified
     monkeypatch.delenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', raising=False)
     monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
     served = tmp_path / 'served'

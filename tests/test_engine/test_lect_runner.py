@@ -11,9 +11,10 @@ import pytest
 from mmengine.registry import RUNNERS
 from tiny_run_utils import tiny_cfg
 
-from lect_mm.engine import LectRunner, WorkDirInUseError, WorkDirLock
+from lect_mm.engine import LectRunner, WorkDirInUseError
 from lect_mm.engine import runner as runner_module
 from lect_mm.engine import workdir
+from lect_mm.engine.workdir import WorkDirLock
 
 
 def _log_dirs(work_dir):

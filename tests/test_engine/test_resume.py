@@ -20,7 +20,8 @@ from mmpretrain.registry import HOOKS
 from tiny_run_utils import (TINY_CONFIG, final_state, logged_losses, tiny_cfg,
                             tiny_runner)
 
-from lect_mm.engine import RNGStateHook, get_rng_state, set_rng_state
+from lect_mm.engine import RNGStateHook
+from lect_mm.engine.hooks import get_rng_state, set_rng_state
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 

@@ -1,14 +1,11 @@
-"""What ``tools/train.py`` and ``tools/test.py`` share.
-
-The launcher arguments (and the ``LOCAL_RANK`` export), the work directory
-fallback, the dataloader defaults and the building of the runner: the
-config checked first (:func:`~lect_mm.engine.check_config`), then built
-inside :func:`~lect_mm.engine.dist.distributed_context` and
-:func:`~lect_mm.engine.explain_config_errors`.
-"""
+"""What ``tools/train.py`` and ``tools/test.py`` share: the launcher
+arguments, the work directory, the dataloader defaults, the process exit and
+the building of the runner (:func:`runner_context`)."""
 import argparse
+import logging
 import os
 import os.path as osp
+import sys
 import time
 from contextlib import contextmanager
 from typing import Iterable, Iterator, List, Optional
@@ -29,41 +26,22 @@ from .dist import LAUNCHERS, distributed_context
 def parse_launcher_args(parser: argparse.ArgumentParser,
                         argv: Optional[List[str]] = None
                         ) -> argparse.Namespace:
-    """Add ``--launcher`` and ``--local-rank`` to ``parser`` and parse.
-
-    ``LOCAL_RANK`` is exported from ``--local-rank`` when no launcher has
-    set it (mmengine reads the environment, not the argument).
-
-    Args:
-        parser (argparse.ArgumentParser): The tool's parser, holding its own
-            arguments.
-        argv (list[str], optional): The arguments; None reads
-            ``sys.argv``.
-
-    Returns:
-        argparse.Namespace: The parsed arguments.
-    """
+    """Add ``--launcher`` and ``--local-rank`` to ``parser`` and parse
+    ``argv``; export ``LOCAL_RANK`` (which mmengine reads) from
+    ``--local-rank`` when no launcher has set it."""
     parser.add_argument(
         '--launcher', choices=LAUNCHERS, default='none', help='job launcher')
-    # torchrun (torch >= 2.0) passes --local-rank; older launchers pass
-    # --local_rank.
+    # torchrun passes --local-rank; older launchers pass --local_rank.
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
-    if 'LOCAL_RANK' not in os.environ:
-        os.environ['LOCAL_RANK'] = str(args.local_rank)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     return args
 
 
 def set_work_dir(cfg: Config, work_dir: Optional[str],
                  config_file: str) -> None:
-    """Set ``cfg.work_dir``: command line > config > ``./work_dirs/<name>``.
-
-    Args:
-        cfg (Config): The config, changed in place.
-        work_dir (str, optional): ``--work-dir``.
-        config_file (str): The config's path; its file name without the
-            extension names the default directory.
-    """
+    """Set ``cfg.work_dir``: ``--work-dir`` > config > ``./work_dirs/<config
+    file name>``."""
     if work_dir is not None:
         cfg.work_dir = work_dir
     elif cfg.get('work_dir', None) is None:
@@ -76,52 +54,32 @@ def set_dataloader_defaults(cfg: Config,
                             pin_memory: bool = True,
                             persistent_workers: Optional[bool] = None
                             ) -> None:
-    """Fill the defaults of the tools into the dataloader configs.
-
-    Each loader gets ``collate_fn=dict(type='default_collate')`` and
-    ``pin_memory`` (on only where an accelerator is used: pinned memory only
-    helps copies to one) unless it sets them; a loader that is None or
-    absent is skipped.
-
-    Args:
-        cfg (Config): The config, changed in place.
-        fields (Iterable[str]): The loaders, e.g. ``('test_dataloader', )``.
-        pin_memory (bool): False turns ``pin_memory`` off in every loader
-            (``--no-pin-memory``). Defaults to True.
-        persistent_workers (bool, optional): True makes
-            ``persistent_workers`` default to on where a loader has worker
-            processes (it needs them); False turns it off in every loader
-            (``--no-persistent-workers``); None leaves it to the config.
-            Defaults to None.
-    """
+    """Give each loader of ``fields`` in ``cfg`` that is set
+    ``collate_fn=dict(type='default_collate')`` and ``pin_memory`` (on only
+    with an accelerator) unless it sets them. ``pin_memory=False`` turns
+    pinning off everywhere; ``persistent_workers`` True makes it default to
+    on where a loader has workers, False turns it off, None leaves it."""
     pin_default = pin_memory and get_device() != 'cpu'
     for field in fields:
-        if cfg.get(field, None) is None:
+        loader = cfg.get(field, None)
+        if loader is None:
             continue
-        loader = cfg[field]
         loader.setdefault('collate_fn', dict(type='default_collate'))
         loader.setdefault('pin_memory', pin_default)
         if not pin_memory:
             loader.pin_memory = False
-        if persistent_workers is None:
-            continue
-        if not persistent_workers:
+        if persistent_workers is False:
             loader.persistent_workers = False
-        elif loader.get('num_workers', 0) > 0:
+        elif persistent_workers and loader.get('num_workers', 0) > 0:
             loader.setdefault('persistent_workers', True)
 
 
 def exit_launched_process(main) -> None:
-    """Run a tool's ``main()``; a process started by a launcher (``torchrun``
-    sets ``LOCAL_RANK``) then leaves with ``os._exit`` once its output is
-    flushed. The process group is already destroyed by then, but letting the
-    interpreter unwind gloo's threads and the loaders' workers occasionally
-    aborts a finished rank at exit ("terminate called without an active
-    exception", SIGABRT), which turns a finished run into a failed one. A
-    ``SystemExit`` with an integer status (a training stopped by a signal
-    leaves with 75) leaves the same way, with that status."""
-    import logging
-    import sys
+    """Run a tool's ``main()``; a process started by a launcher (with
+    ``LOCAL_RANK`` set) then leaves with ``os._exit`` once its output is
+    flushed, with the status of an integer ``SystemExit`` (75 when
+    preempted), since unwinding gloo's threads and the loaders' workers
+    occasionally aborts a finished rank (docs/pitfalls.md)."""
     status = 0
     try:
         main()
@@ -139,15 +97,10 @@ def exit_launched_process(main) -> None:
 
 
 def set_unique_experiment_name(cfg: Config) -> None:
-    """Never let a run reuse a run name this process has used.
-
-    mmengine names a run ``<experiment_name or config file name>_<start
-    time>`` and keys its logger and visualizer by that name, so a second run
-    of a config started in the same second would write its log and scalars
-    into the first run's files. When that name is taken, ``experiment_name``
-    becomes ``<prefix>_<i>`` with the first free ``i``; otherwise the config
-    is left as it is.
-    """
+    """Give a run whose name (``<experiment_name or config file name>_<start
+    time>``, which keys mmengine's logger and visualizer) this process has
+    used ``experiment_name=<prefix>_<i>``, with the first free ``i``, so it
+    never writes into another run's log and scalars."""
     stamp = time.strftime('%Y%m%d_%H%M%S', time.localtime())
     prefix = cfg.get('experiment_name') or (osp.splitext(
         osp.basename(cfg.filename))[0] if cfg.filename else None)
@@ -162,23 +115,12 @@ def set_unique_experiment_name(cfg: Config) -> None:
 
 @contextmanager
 def runner_context(cfg: Config) -> Iterator[Runner]:
-    """Build the runner of ``cfg`` and hand it to the ``with`` body.
-
-    The config is checked first (:func:`~lect_mm.engine.check_config`);
-    building and the body run inside
-    :func:`~lect_mm.engine.dist.distributed_context` (CPU DDP, process group
-    torn down) and :func:`~lect_mm.engine.explain_config_errors` (config
-    mistakes named; an epoch of no iterations too), and the runner gets a
-    :class:`~lect_mm.engine.ConfigCheckHook` (classes and head width checked
-    before the first iteration). ``cfg.runner_type`` picks a registered
-    runner; without it mmengine's :class:`~mmengine.runner.Runner` is used.
-
-    Args:
-        cfg (Config): The full config.
-
-    Yields:
-        Runner: The runner, its logger quieted of known deprecation lines.
-    """
+    """Build the runner of ``cfg`` (its ``runner_type``, else mmengine's
+    ``Runner``) and hand it to the ``with`` body: ``cfg`` checked first
+    (:func:`check_config`), building and body inside
+    :func:`~lect_mm.engine.dist.distributed_context` and
+    :func:`explain_config_errors` (an epoch of no iterations named too),
+    and a :class:`ConfigCheckHook` registered."""
     set_unique_experiment_name(cfg)
     check_config(cfg)
     with distributed_context(cfg), explain_config_errors(cfg):

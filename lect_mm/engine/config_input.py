@@ -19,40 +19,28 @@ READ_KEYS = ('runner_type', 'model_wrapper_cfg', 'find_unused_parameters',
              'load_from_strict', 'tta_model', 'tta_pipeline')
 
 
-def _base_cycle(filename: str) -> Optional[List[str]]:
+def _base_cycle(filename: str, chain: tuple = ()) -> Optional[List[str]]:
     """The files of a cycle of ``_base_`` files reached from ``filename``
     (the first one again at the end), or None."""
-    chain, done = [], set()
-
-    def visit(path: str) -> Optional[List[str]]:
-        if path in chain:
-            return chain[chain.index(path):] + [path]
-        if path in done or not osp.isfile(path):
-            return None
-        chain.append(path)
-        try:
-            bases = Config._get_base_files(path)
-        except Exception:  # Config.fromfile will say what is wrong
-            bases = []
-        for base in bases:
-            try:
-                cycle = visit(osp.realpath(Config._get_cfg_path(base,
-                                                                path)[0]))
-            except Exception:  # e.g. a package that is not installed
-                cycle = None
-            if cycle:
-                return cycle
-        done.add(chain.pop())
+    path = osp.realpath(filename)
+    if path in chain:
+        return list(chain[chain.index(path):]) + [path]
+    try:
+        bases = [Config._get_cfg_path(base, path)[0]
+                 for base in Config._get_base_files(path)]
+    except Exception:  # Config.fromfile will say what is wrong
         return None
-
-    return visit(osp.realpath(filename))
+    for base in bases:
+        cycle = _base_cycle(base, chain + (path, ))
+        if cycle:
+            return cycle
+    return None
 
 
 def load_config(filename: str) -> Config:
-    """``Config.fromfile(filename)``, once no chain of ``_base_`` files
-    leads back to one of its files (mmengine would recurse into a
-    ``RecursionError``); such a cycle raises :class:`ConfigError` naming
-    its files."""
+    """``Config.fromfile(filename)``, once no chain of ``_base_`` files leads
+    back to one of its files (mmengine would recurse into a
+    ``RecursionError``): such a cycle raises :class:`ConfigError`."""
     cycle = _base_cycle(filename)
     if cycle:
         raise ConfigError(
@@ -61,9 +49,13 @@ def load_config(filename: str) -> Config:
     return Config.fromfile(filename)
 
 
-def _check_new_keys(cfg: Config, options: dict) -> None:
-    """A top-level key the config lacks and nothing reads would change
-    nothing: name it, with the keys it may stand for."""
+def merge_cfg_options(cfg: Config, options: Optional[dict]) -> None:
+    """``cfg.merge_from_dict(options)`` (``--cfg-options``), with an error
+    naming the option when its top-level key is one nothing reads (a
+    misspelt ``train_cfg``) or when it indexes a list by name (mmengine says
+    only "list indices must be integers or slices, not str")."""
+    if not options:
+        return
     runner = find_class(cfg.get('runner_type', None) or Runner) or Runner
     known = set(cfg.keys()) | set(READ_KEYS) | set(init_arguments(runner))
     for option, value in options.items():
@@ -73,20 +65,6 @@ def _check_new_keys(cfg: Config, options: dict) -> None:
                 f'--cfg-options {option}={value}: the config has no key '
                 f'{key!r}, and no part of a run reads it, so it would '
                 f'change nothing.{suggest(key, known)}')
-
-
-def merge_cfg_options(cfg: Config, options: Optional[dict]) -> None:
-    """``cfg.merge_from_dict(options)`` (``--cfg-options``), with an error
-    naming the option when its top-level key is one nothing reads (a
-    misspelt ``train_cfg``) or when it indexes a list by name.
-
-    mmengine says only "list indices must be integers or slices, not str"
-    when e.g. ``model.backbone.attn_cfg.sr_ratio=7`` meets a config whose
-    ``attn_cfg`` is a list (one dict per stage).
-    """
-    if not options:
-        return
-    _check_new_keys(cfg, options)
     try:
         cfg.merge_from_dict(options)
     except TypeError as error:
@@ -98,12 +76,11 @@ def merge_cfg_options(cfg: Config, options: Optional[dict]) -> None:
             for i in range(1, len(keys)):
                 node = lookup(plain, '.'.join(keys[:i]))
                 if isinstance(node, (list, tuple)) and not keys[i].isdigit():
-                    prefix = '.'.join(keys[:i])
-                    example = '.'.join(keys[:i] + ['0'] + keys[i:])
                     raise ConfigError(
-                        f'--cfg-options {option}: {prefix} is a list of '
-                        f'{len(node)} entries, not a dict; name the entry '
-                        f'by its index, e.g. {example}') from error
+                        f'--cfg-options {option}: {".".join(keys[:i])} is a '
+                        f'list of {len(node)} entries, not a dict; name the '
+                        'entry by its index, e.g. '
+                        f'{".".join(keys[:i] + ["0"] + keys[i:])}') from error
                 if node is MISSING:
                     break
         raise

@@ -1,20 +1,8 @@
-"""Config mistakes named by their config path, found in the config tree
-with the registries and the constructors' signatures.
-
-- :func:`check_config` runs before anything is built (``tools/train.py``
-  and ``tools/test.py``, see :func:`~lect_mm.engine.cli.runner_context`):
-  a ``type`` no registry knows but close to one that it knows (a ``type``
-  may also name something other than a class, as the targets of
-  mmpretrain's ``LoRAModel``), a string where a constructor's argument is
-  annotated as a number (``lr='abc'``), a ``default_hooks`` entry without
-  a ``type`` (a misspelt hook name) and a ``train_cfg`` of no epoch or
-  iteration.
-- :func:`explain_config_errors` turns a failed build into a
-  :class:`ConfigError`: the class and argument (or type) the error names
-  are looked up in the config tree, which gives the config path, close
-  names and the valid arguments, at any depth, including the block configs
-  a backbone merges itself (LeCT's ``attn_cfg``). Errors it cannot trace
-  back to the config pass through unchanged.
+"""Config mistakes named by their config path, found in the config tree with
+the registries and the constructors' signatures: :func:`check_config` before
+anything is built, :func:`explain_config_errors` after a build failed (at any
+depth, including block configs a backbone merges itself, as LeCT's
+``attn_cfg``). Errors not traced back to the config pass through unchanged.
 """
 import difflib
 import inspect
@@ -41,29 +29,21 @@ MISSING = object()
 
 
 class ConfigError(KeyError, TypeError, ValueError):
-    """A config names a type or an argument that does not exist, or gives
-    an argument a value it cannot take.
-
-    Subclasses ``KeyError``, ``TypeError`` and ``ValueError`` (the errors
-    mmengine and the constructors raise for the same mistakes), so existing
-    handlers still catch it.
-    """
+    """A config names a type or argument that does not exist, or gives an
+    argument a value it cannot take; subclasses the errors mmengine and the
+    constructors raise for these, so existing handlers still catch it."""
 
     def __str__(self) -> str:
         return str(self.args[0])
 
 
 class ConfigMismatchError(ValueError):
-    """Config values that do not fit the data or each other (the head's
-    ``num_classes`` or ``in_channels``, class lists that differ between the
-    splits, a batch size that leaves an epoch empty), found by
-    :class:`~lect_mm.engine.ConfigCheckHook`.
+    """Config values that do not fit the data, the checkpoint or each other.
 
     A ``ValueError``: mmengine re-wraps a ``TypeError`` raised in a hook.
     """
 
 
-# ------------------------------------------------------------ the tree
 def walk(node, path: str = '') -> Iterator[Tuple[str, dict]]:
     """Yield ``(dotted path, dict)`` for every dict in a nested config."""
     if isinstance(node, dict):
@@ -85,18 +65,22 @@ def as_dict(cfg):
 
 def lookup(cfg, dotted: str):
     """The value at ``a.b.c`` in ``cfg``, or ``MISSING``."""
-    node = cfg
     for key in dotted.split('.'):
-        if not isinstance(node, dict) or key not in node:
+        if not isinstance(cfg, dict) or key not in cfg:
             return MISSING
-        node = node[key]
-    return node
+        cfg = cfg[key]
+    return cfg
 
 
-# ------------------------------------------------------------ registries
+def names(items, limit: int = 8, fmt=repr) -> str:
+    """``'a', 'b', ... (N in all)``: at most ``limit`` items shown."""
+    shown = ', '.join(map(fmt, items[:limit]))
+    return shown + (f', ... ({len(items)} in all)'
+                    if len(items) > limit else '')
+
+
 def _registries() -> List[Registry]:
-    """mmpretrain's registries, then mmengine's (those without an
-    mmpretrain child too, as ``FUNCTIONS``)."""
+    """mmpretrain's registries, then mmengine's (as ``FUNCTIONS``)."""
     import mmengine.registry
     import mmpretrain.registry
     return [
@@ -106,11 +90,11 @@ def _registries() -> List[Registry]:
 
 
 def _names_in(registry: Registry) -> set:
-    names = set()
+    found = set()
     while registry is not None:
-        names |= set(registry.module_dict)
+        found |= set(registry.module_dict)
         registry = registry.parent
-    return names
+    return found
 
 
 def find_class(name):
@@ -162,15 +146,14 @@ def _valid_arguments(cls) -> List[str]:
 
 
 def _numbers_only(cls, key: str) -> Optional[List[str]]:
-    """The types the annotation of ``cls``'s argument ``key`` names, when
-    they are numbers (``int``, ``float``, tensors; ``None``) only; else
-    None (no annotation, or one that admits other values)."""
+    """The type names of ``cls``'s argument ``key`` when its annotation
+    admits numbers (and ``None``) only, else None."""
     try:
         hint = typing.get_type_hints(
             cls.__init__ if inspect.isclass(cls) else cls).get(key)
     except Exception:  # an annotation that does not evaluate
         return None
-    leaves, todo = [], [hint]
+    leaves, todo = set(), [hint]
     while todo:
         hint = todo.pop()
         if typing.get_origin(hint) in (typing.Union, types.UnionType):
@@ -178,8 +161,8 @@ def _numbers_only(cls, key: str) -> Optional[List[str]]:
         elif hint not in (int, float, torch.Tensor, type(None)):
             return None
         else:
-            leaves.append('None' if hint is type(None) else hint.__name__)
-    return sorted(set(leaves)) if set(leaves) - {'None'} else None
+            leaves.add('None' if hint is type(None) else hint.__name__)
+    return sorted(leaves) if leaves - {'None'} else None
 
 
 # ------------------------------------------------------------ before a build
@@ -230,24 +213,20 @@ def _untyped_hook(cfg: dict) -> Optional[str]:
     hooks = cfg.get('default_hooks')
     for name, hook in (hooks.items() if isinstance(hooks, dict) else ()):
         if isinstance(hook, dict) and 'type' not in hook:
-            names = set(DEFAULT_HOOKS) | {
-                n for n, h in hooks.items() if isinstance(h, dict)
-                and 'type' in h
-            }
+            typed = {n for n, h in hooks.items()
+                     if isinstance(h, dict) and 'type' in h}
             return (f'default_hooks.{name} = {hook} names no hook type: a '
                     "default hook is one of mmengine's, updated by name "
                     f'({", ".join(DEFAULT_HOOKS)}), or a new one with a '
-                    f'type.{suggest(name, names)}')
+                    f'type.{suggest(name, typed | set(DEFAULT_HOOKS))}')
     return None
 
 
 def _empty_training(cfg: dict) -> Optional[str]:
-    loop = cfg.get('train_cfg')
-    for key in ('max_epochs', 'max_iters'):
-        value = loop.get(key, MISSING) if isinstance(loop, dict) else MISSING
+    for key, unit in (('max_epochs', 'epochs'), ('max_iters', 'iterations')):
+        value = lookup(cfg, f'train_cfg.{key}')
         if value is not MISSING and (isinstance(value, bool) or not (
                 isinstance(value, int) and value > 0)):
-            unit = 'epochs' if key == 'max_epochs' else 'iterations'
             return (f'train_cfg.{key}={value!r}: the training loop needs a '
                     f'positive whole number of {unit}; with {value!r} it '
                     'would train nothing.')
@@ -255,14 +234,10 @@ def _empty_training(cfg: dict) -> Optional[str]:
 
 
 def check_config(cfg) -> None:
-    """Raise :class:`ConfigError` for the mistakes ``cfg`` shows before
-    anything is built: a misspelt ``type``, a string given to an
-    argument annotated as a number, a ``default_hooks`` entry without
-    a ``type`` and a ``train_cfg.max_epochs`` / ``max_iters`` that is not a
-    positive integer.
-
-    Args:
-        cfg (Config | dict): The full config.
+    """Raise :class:`ConfigError` for a misspelt ``type``, a string given to
+    an argument annotated as a number, a ``default_hooks`` entry without a
+    ``type``, or a ``train_cfg.max_epochs``/``max_iters`` that is not a
+    positive integer in ``cfg`` (Config or dict), before anything is built.
     """
     cfg = as_dict(cfg)
     problem = (_unknown_type(cfg, misspelt=True) or _untyped_hook(cfg)
@@ -274,10 +249,9 @@ def check_config(cfg) -> None:
 # ------------------------------------------------------------ after a build
 def _unexpected_argument(cfg: dict, cls_name: str,
                          key: str) -> Optional[str]:
-    """``key``, which class ``cls_name`` does not take, named with the
-    config paths of the dicts that give it: those whose ``type`` is that
-    class (or a subclass) and those without a ``type`` (a block config the
-    code merges, as LeCT's ``attn_cfg``)."""
+    """``key``, which class ``cls_name`` does not take, named with the config
+    paths of the dicts that give it: those whose ``type`` is that class (or
+    a subclass) and those without a ``type`` (block configs code merges)."""
     paths, cls = [], None
     for path, node in walk(cfg):
         if key not in node:
@@ -316,20 +290,8 @@ def _unexpected_argument(cfg: dict, cls_name: str,
             f"choose a type there that takes '{key}'.{hint}")
 
 
-def explain_config_error(error: Exception, cfg) -> Optional[str]:
-    """Explain a build error in terms of ``cfg``, or return None.
-
-    Args:
-        error (Exception): The error raised while building from ``cfg``.
-        cfg (Config | dict): The config that was being built.
-
-    Returns:
-        str | None: The explanation, or None when the error is not a
-        misspelt type / unknown argument found in ``cfg``.
-    """
-    if not isinstance(error, (KeyError, TypeError, AttributeError,
-                              ValueError)):
-        return None
+def _explain(error: Exception, cfg) -> Optional[str]:
+    """A build error in terms of ``cfg``, or None."""
     cfg, text = as_dict(cfg), str(error.args[0]) if error.args else ''
     match = _UNEXPECTED_ARG.search(text)
     if isinstance(error, TypeError) and match is not None:
@@ -343,22 +305,14 @@ def explain_config_error(error: Exception, cfg) -> Optional[str]:
 
 @contextmanager
 def explain_config_errors(cfg):
-    """Re-raise config mistakes from the body as :class:`ConfigError`.
-
-    Example:
-        >>> with explain_config_errors(cfg):
-        ...     runner = Runner.from_cfg(cfg)
-        ...     runner.train()
-
-    Args:
-        cfg (Config | dict): The config the body builds from.
-    """
+    """Re-raise the misspelt types and unknown arguments of ``cfg`` (Config
+    or dict) that the body's build fails on as :class:`ConfigError`."""
     try:
         yield
     except (KeyError, TypeError, AttributeError, ValueError) as error:
         explanation = None
         if not isinstance(error, (ConfigError, ConfigMismatchError)):
-            explanation = explain_config_error(error, cfg)
+            explanation = _explain(error, cfg)
         if explanation is None:
             raise
         raise ConfigError(explanation) from error

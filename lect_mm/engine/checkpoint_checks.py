@@ -2,12 +2,12 @@
 and on ``--resume`` its parameter schedule (:class:`CheckpointCheckHook`;
 docs/pitfalls.md says what mmengine does without it)."""
 import warnings
-from typing import List, Optional
+from typing import List
 
 from mmengine.hooks import Hook
-from mmengine.runner import BaseLoop
 from mmpretrain.registry import HOOKS
 
+from .config_check_hook import built_loaders, class_difference
 from .config_tree import ConfigMismatchError, names
 
 __all__ = ['CheckpointCheckHook', 'RESUME_SCHEDULE_CHOICES']
@@ -16,11 +16,6 @@ RESUME_SCHEDULE_CHOICES = ('config', 'checkpoint')
 # What a scheduler's state holds besides its settings: where it is.
 _PROGRESS = frozenset(
     ('last_step', '_global_step', '_last_value', 'verbose'))
-
-
-def _loop(runner, name: str) -> Optional[BaseLoop]:
-    loop = getattr(runner, f'_{name}_loop', None)
-    return loop if isinstance(loop, BaseLoop) else None
 
 
 def _listed(items) -> str:
@@ -38,22 +33,13 @@ def _flat(schedulers, name: str = 'param_scheduler') -> list:
             for i, item in enumerate(schedulers or [])]
 
 
-def _shown(value) -> str:
-    if isinstance(value, float):
-        return f'{value:.6g}'
-    if isinstance(value, (list, tuple)) and value and all(
-            isinstance(v, float) for v in value):
-        return '[' + ', '.join(map(_shown, value)) + ']'
-    return repr(value)
-
-
 def _differences(config_state: dict, saved_state: dict) -> List[str]:
     """``key checkpoint -> config`` for each setting that differs."""
     keys = list(saved_state) + [k for k in config_state
                                 if k not in saved_state]
     mine = {k: config_state.get(k, '(none)') for k in keys}
     theirs = {k: saved_state.get(k, '(none)') for k in keys}
-    return [f'{k} {_shown(theirs[k])} -> {_shown(mine[k])}' for k in keys
+    return [f'{k} {theirs[k]!r} -> {mine[k]!r}' for k in keys
             if k not in _PROGRESS and mine[k] != theirs[k]]
 
 
@@ -92,7 +78,7 @@ class CheckpointCheckHook(Hook):
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         filename = (getattr(runner, 'checkpoint_file', None)
                     or runner.cfg.get('load_from') or 'the checkpoint')
-        training = _loop(runner, 'train') is not None
+        training = bool(built_loaders(runner, ('train', )))
         resuming = training and bool(getattr(runner, '_resume', False))
         meta = checkpoint.get('meta') or {}
         classes = (meta.get('dataset_meta') or {}).get('classes')
@@ -113,28 +99,22 @@ class CheckpointCheckHook(Hook):
             return
         filename, saved, training, resuming = self._loaded
         self._loaded = None
-        for name in ('test', 'val', 'train') if saved else ():
-            dataset = getattr(getattr(_loop(runner, name), 'dataloader', None),
-                              'dataset', None)
+        splits = ('test', 'val', 'train') if saved else ()
+        for name, loader in built_loaders(runner, splits):
+            dataset = getattr(loader, 'dataset', None)
             classes = (getattr(dataset, 'metainfo', None) or {}).get('classes')
             if not classes or list(classes) == saved:
                 continue
             classes = list(classes)
-            what = f'{name}_dataloader.dataset ({type(dataset).__name__})'
-            how = '; '.join(
-                f'only in {where}: {_listed(items)}'
-                for where, items in (
-                    ('the checkpoint', [c for c in saved if c not in classes]),
-                    (what, [c for c in classes if c not in saved])) if items
-            ) or 'the same names in another order'
-            index = next((i for i, (a, b) in enumerate(zip(saved, classes))
-                          if a != b), min(len(saved), len(classes)))
+            what = f'{name}.dataset ({type(dataset).__name__})'
+            how, index = class_difference('the checkpoint', saved, what,
+                                          classes, _listed)
             meaning = (
                 f'output {index} of the model means {saved[index]!r} but '
                 f'label {index} of the data means {classes[index]!r}'
-                if index < min(len(saved), len(classes)) else
-                f'{max(len(saved), len(classes)) - index} classes are in '
-                'one list only')
+                if index is not None else
+                f'{abs(len(saved) - len(classes))} classes are in one list '
+                'only')
             message = (
                 f'Checkpoint {filename} was trained on {len(saved)} classes '
                 f"(its meta['dataset_meta']['classes']): {_listed(saved)}; "
@@ -150,7 +130,7 @@ class CheckpointCheckHook(Hook):
                 f'{message}: the model would be scored against other '
                 'classes than it learnt. List the classes in the '
                 "checkpoint's order: for class folders (CheckedCustomDataset)"
-                f', {name}_dataloader.dataset.metainfo = dict(classes=[...])'
+                f', {name}.dataset.metainfo = dict(classes=[...])'
                 ' with the folder names in that order labels each folder by '
                 'its place in the list; otherwise test on data with those '
                 'classes.')

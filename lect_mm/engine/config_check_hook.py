@@ -1,7 +1,7 @@
 """What is checked before the first iteration (:class:`ConfigCheckHook`):
 the loaders give batches, the data sets list the same classes, and the head
 fits the classes and the width of the backbone and neck."""
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -26,6 +26,14 @@ def _labels(dataset) -> Optional[np.ndarray]:
     if labels.ndim == 1 and labels.size and labels.dtype.kind in 'iu':
         return labels
     return None
+
+
+def built_loaders(runner, splits=('train', 'val', 'test')) -> list:
+    """``[(f'{split}_dataloader', loader)]`` of the loops ``runner`` built."""
+    loops = [(split, getattr(runner, f'_{split}_loop', None))
+             for split in splits]
+    return [(f'{split}_dataloader', loop.dataloader) for split, loop in loops
+            if hasattr(loop, 'dataloader')]
 
 
 def _set(settings: list, target: int, below: bool = False) -> str:
@@ -75,37 +83,44 @@ def explain_empty_epoch(error: AssertionError, runner) -> Optional[str]:
     terms of the training loader; None for other errors."""
     if '`epoch_length` must be a positive integer' not in str(error):
         return None
-    loader = getattr(getattr(runner, '_train_loop', None), 'dataloader',
-                     None)
-    problem = loader is not None and empty_epoch_problem(
-        'train_dataloader', loader)
+    loaders = built_loaders(runner, ('train', ))
+    problem = loaders and empty_epoch_problem(*loaders[0])
     return problem and (problem + ' (Found while building the parameter '
                         'schedulers, which convert epochs to iterations.)')
+
+
+def class_difference(a_name: str, a: list, b_name: str, b: list,
+                     show=names) -> Tuple[str, Optional[int]]:
+    """``only in <a_name>: ...; only in <b_name>: ...`` (``show`` lists the
+    names), or "the same names in another order"; and the first index where
+    class lists ``a`` and ``b`` differ (None: one begins the other)."""
+    how = '; '.join(f'only in {where}: {show(only)}' for where, only in (
+        (a_name, [c for c in a if c not in b]),
+        (b_name, [c for c in b if c not in a])) if only)
+    index = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    return how or 'the same names in another order', index
 
 
 def _class_mismatch(first: tuple, other: tuple) -> str:
     """The message for two data sets whose class lists differ."""
     (name_a, data_a, a, labels_a), (name_b, data_b, b, labels_b) = first, other
-    parts = []
-    for name, mine, theirs, labels in ((name_a, a, b, labels_a),
-                                       (name_b, b, a, labels_b)):
-        counts = (np.bincount(labels[labels >= 0], minlength=len(mine))
-                  if labels is not None else None)
-        only = [
-            repr(c) + (' (no samples)' if counts is not None
-                       and counts[mine.index(c)] == 0 else '')
-            for c in mine if c not in theirs
-        ]
-        if only:
-            parts.append(f'only in {name}: {names(only, fmt=str)}')
-    index = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+    empty = set()  # classes without a sample
+    for classes, labels in ((a, labels_a), (b, labels_b)):
+        if labels is not None:
+            counts = np.bincount(labels[labels >= 0], minlength=len(classes))
+            empty |= {c for c, n in zip(classes, counts) if n == 0}
+
+    def show(only):
+        return names([f'{c!r} (no samples)' if c in empty else repr(c)
+                      for c in only], fmt=str)
+
+    how, index = class_difference(name_a, a, name_b, b, show)
     meaning = (f'label {index} means {a[index]!r} in {name_a} but '
                f'{b[index]!r} in {name_b}' if index is not None else
                f'labels {min(len(a), len(b))} and up exist in one only')
     return (f'{name_a} ({type(data_a).__name__}, {len(a)} classes) and '
             f'{name_b} ({type(data_b).__name__}, {len(b)} classes) do not '
-            'list the same classes in the same order: '
-            f'{"; ".join(parts) or "the same names in another order"}. '
+            f'list the same classes in the same order: {how}. '
             f'A label is an index into the class list, so {meaning}: the '
             'model would be scored against other classes than it learnt. '
             'Give every split the same classes in the same order (class '
@@ -135,11 +150,7 @@ class ConfigCheckHook(Hook):
 
     def before_run(self, runner) -> None:
         model = unwrap_model(runner.model)
-        loaders = []
-        for name in ('train', 'val', 'test'):
-            loop = getattr(runner, f'_{name}_loop', None)
-            if hasattr(loop, 'dataloader'):
-                loaders.append((f'{name}_dataloader', loop.dataloader))
+        loaders = built_loaders(runner)
         for name, loader in loaders:
             problem = empty_epoch_problem(name, loader)
             if problem is not None:

@@ -153,16 +153,12 @@ def _numbers_only(cls, key: str) -> Optional[List[str]]:
             cls.__init__ if inspect.isclass(cls) else cls).get(key)
     except Exception:  # an annotation that does not evaluate
         return None
-    leaves, todo = set(), [hint]
-    while todo:
-        hint = todo.pop()
-        if typing.get_origin(hint) in (typing.Union, types.UnionType):
-            todo += typing.get_args(hint)
-        elif hint not in (int, float, torch.Tensor, type(None)):
-            return None
-        else:
-            leaves.add('None' if hint is type(None) else hint.__name__)
-    return sorted(leaves) if leaves - {'None'} else None
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    leaves = set(typing.get_args(hint) if union else (hint, ))
+    if leaves <= {type(None)} or not leaves <= {int, float, torch.Tensor,
+                                                type(None)}:
+        return None
+    return sorted('None' if t is type(None) else t.__name__ for t in leaves)
 
 
 # ------------------------------------------------------------ before a build

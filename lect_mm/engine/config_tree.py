@@ -89,14 +89,6 @@ def _registries() -> List[Registry]:
     ]
 
 
-def _names_in(registry: Registry) -> set:
-    found = set()
-    while registry is not None:
-        found |= set(registry.module_dict)
-        registry = registry.parent
-    return found
-
-
 def find_class(name):
     """The class (or function) registered as ``name`` anywhere, or None."""
     if not isinstance(name, str):
@@ -168,10 +160,11 @@ def _unknown_type(cfg: dict, name: Optional[str] = None,
     """A ``type`` no registry knows (``name``, or the first in the tree;
     with ``misspelt``, the first close to a registered name), named with
     its config paths."""
-    candidates = set()
+    wanted = registry_name.split('::')[-1] if registry_name else None
+    candidates = set()  # that registry's names and its parent's
     for registry in _registries():
-        if registry_name in (None, f'{registry.scope}::{registry.name}'):
-            candidates |= _names_in(registry)
+        if wanted in (None, registry.name):
+            candidates |= set(registry.module_dict)
     paths = {}
     for path, node in walk(cfg):
         type_ = node.get('type')

@@ -28,10 +28,9 @@ def _is_local(path) -> bool:
 
 class _DeferredRemovals:
     """Stands in for the hook's file backend while mmengine's saving code
-    runs: an existing file it checks for or removes (the previous best, the
-    checkpoint beyond ``max_keep_ckpts``: mmengine deletes them *before*
-    writing the new one) is reported absent and queued; the hook removes
-    the queue after the new checkpoint is written."""
+    runs (it removes the previous best and the checkpoint beyond
+    ``max_keep_ckpts`` *before* writing the new one): an existing file it
+    checks for or removes is reported absent and queued instead."""
 
     def __init__(self, backend):
         self.backend = backend
@@ -53,34 +52,18 @@ class _DeferredRemovals:
 class SafeCheckpointHook(CheckpointHook):
     """mmengine's ``CheckpointHook`` (same arguments), made crash-safe.
 
-    - Every checkpoint (epoch/iter, best) on a local ``out_dir`` is written
-      by :class:`~lect_mm.engine.checkpoint_io.AtomicLocalBackend`:
-      temporary file, fsync, rename, with a SHA-256 digest record, so a
-      kill mid-write leaves no partial file under a checkpoint's name.
-    - ``last_checkpoint`` is rewritten atomically, after the checkpoint.
-    - The previous best checkpoint and the checkpoints beyond
-      ``max_keep_ckpts`` are removed only after the new checkpoint has been
-      written and read back intact (mmengine removes them before writing),
-      so a crash during a save never leaves the run without a checkpoint.
+    - A local ``out_dir`` is written through
+      :class:`~lect_mm.engine.checkpoint_io.AtomicLocalBackend` (atomic,
+      digested), ``last_checkpoint`` too, after the checkpoint.
+    - The previous best and the checkpoints beyond ``max_keep_ckpts`` are
+      removed only once the new checkpoint reads back intact.
     - Runtime state is saved as plain data (:mod:`~lect_mm.engine.
-      plain_state`): the files load with ``torch.load(weights_only=True)``
-      without lect_mm. A checkpoint loaded by a runner with this hook gets
-      its mmengine objects back before the runner reads it (any runner:
-      mmengine's ``Runner`` calls ``after_load_checkpoint`` before it
-      restores the message hub).
-    - Temporary files of writers that were killed are removed before
-      training (``.NAME.PID.tmp`` whose process is gone).
-    - :meth:`save_stop_checkpoint` writes the checkpoint of a run stopped
-      by a signal inside an epoch (``iter_{N}.pth``), outside the
-      ``max_keep_ckpts`` count; the next checkpoint replaces it.
-    - It removes and replaces files of its own checkpoint folder
-      (:meth:`checkpoint_dir`) only. The paths a resumed checkpoint records
-      in its message hub (the best, last and stop checkpoints: absolute
-      paths of the run that wrote it) are taken, before training, as this
-      folder's files of the same name when they lie elsewhere (a copied
-      work dir), or dropped with a warning when this folder has no such
-      file (a run resumed from another work dir's checkpoint): another
-      folder's best checkpoint is never removed, replaced or published.
+      plain_state`) and turned back in ``after_load_checkpoint``.
+    - Before training, temporaries of killed writers are removed, and the
+      checkpoint paths that a resumed message hub records outside
+      :meth:`checkpoint_dir` are taken as this folder's files of the same
+      name, or dropped: another folder's files are never touched.
+    - :meth:`save_stop_checkpoint` writes the checkpoint of a stopped run.
     """
 
     def __init__(self, *args, **kwargs):
@@ -90,9 +73,8 @@ class SafeCheckpointHook(CheckpointHook):
         self._out_dir_final = False
 
     def checkpoint_dir(self, runner) -> str:
-        """The folder this hook writes into, before and after
-        ``before_train`` (mmengine's rule: ``out_dir/<work dir's name>``
-        with ``out_dir`` set, else the work dir)."""
+        """The folder this hook writes into, also before ``before_train``
+        (mmengine's rule: ``out_dir/<work dir's name>``, or the work dir)."""
         if self._out_dir_final:
             return self.out_dir
         if self.out_dir is None or self.out_dir == runner.work_dir:
@@ -103,10 +85,8 @@ class SafeCheckpointHook(CheckpointHook):
         return f'{self.out_dir.rstrip("/")}/{name}'
 
     def before_train(self, runner) -> None:
-        out_dir = self.out_dir if self.out_dir is not None else \
-            runner.work_dir
         if (self.backend_args is None and self.file_client_args is None
-                and _is_local(out_dir)):
+                and _is_local(self.out_dir or runner.work_dir)):
             self.backend_args = dict(backend=ATOMIC_BACKEND)
         self._own_recorded_paths(runner)
         super().before_train(runner)
@@ -119,8 +99,7 @@ class SafeCheckpointHook(CheckpointHook):
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         self._saves += 1
-        if self._extra:
-            checkpoint.update(self._extra)
+        checkpoint.update(self._extra or {})
         for key, value in list(checkpoint.items()):
             checkpoint[key] = to_plain(value)
 
@@ -129,10 +108,9 @@ class SafeCheckpointHook(CheckpointHook):
             checkpoint[key] = from_plain(value)
 
     def _own_recorded_paths(self, runner) -> None:
-        """Make the checkpoint paths that the message hub records (restored
-        from a resumed checkpoint: the paths of the run that wrote it) this
+        """Make the checkpoint paths that a resumed message hub records this
         run's own: a path outside :meth:`checkpoint_dir` becomes the file of
-        the same name there, or is dropped (with a log line either way)."""
+        the same name there, or is dropped, with a warning."""
         hub = runner.message_hub
         own = self.checkpoint_dir(runner)
         notes = []
@@ -159,15 +137,28 @@ class SafeCheckpointHook(CheckpointHook):
                 'dir, or this one was copied or moved): '
                 f'{"; ".join(notes)}.')
 
+    def _best_paths(self) -> set:
+        paths = {getattr(self, 'best_ckpt_path', None)}
+        paths.update((getattr(self, 'best_ckpt_path_dict', None)
+                      or {}).values())
+        paths.discard(None)
+        return paths
+
+    def _kept_paths(self) -> set:
+        """The checkpoints this hook keeps (max_keep_ckpts, best)."""
+        return self._best_paths() | {
+            self.file_backend.join_path(self.out_dir,
+                                        self.filename_tmpl.format(step))
+            for step in getattr(self, 'keep_ckpt_ids', ())
+        }
+
     def _remove_outdated(self, runner, paths, written) -> None:
-        """Remove ``paths`` once every checkpoint in ``written`` reads back
-        intact; keep them all (and say so) otherwise."""
+        """Remove ``paths`` (of this folder only) once every checkpoint in
+        ``written`` reads back intact; keep them all otherwise."""
         paths = [p for p in paths if p not in written]
         if not paths or not is_main_process():
             return
-        for path in written:
-            if not _is_local(path):
-                continue
+        for path in filter(_is_local, written):
             try:
                 verify_checkpoint_file(path)
             except CheckpointError as error:
@@ -191,36 +182,14 @@ class SafeCheckpointHook(CheckpointHook):
                 continue
             runner.logger.info(f'Removed the outdated checkpoint {path}.')
 
-    def _kept_paths(self) -> set:
-        """The checkpoints this hook keeps (max_keep_ckpts, best)."""
-        kept = {
-            self.file_backend.join_path(self.out_dir,
-                                        self.filename_tmpl.format(step))
-            for step in getattr(self, 'keep_ckpt_ids', ())
-        }
-        kept.add(getattr(self, 'best_ckpt_path', None))
-        kept.update((getattr(self, 'best_ckpt_path_dict', None) or
-                     {}).values())
-        kept.discard(None)
-        return kept
-
     def save_stop_checkpoint(self, runner, meta: dict,
                              extra: Optional[dict] = None) -> str:
-        """Save a resumable checkpoint of the iteration a run stops after,
-        ``iter_{N}.pth`` (``N = meta['iter']``) in ``out_dir``, as every
-        checkpoint of this hook, with the optimizer and the schedulers;
+        """Save the resumable checkpoint of a run stopped after iteration
+        ``meta['iter']``, ``iter_{N}.pth`` in ``out_dir``, with the
+        optimizer, the schedulers and the ``extra`` top-level entries;
         ``last_checkpoint`` then names it. It is not one of the
-        ``max_keep_ckpts``: none of those is removed, and it is removed
-        itself once a later checkpoint reads back intact. Every rank calls
-        it; rank 0 writes.
-
-        Args:
-            runner (Runner): The runner, in ``train()``.
-            meta (dict): The checkpoint's ``meta`` (``epoch``, ``iter``...).
-            extra (dict, optional): More top-level entries.
-
-        Returns:
-            str: The checkpoint's path.
+        ``max_keep_ckpts`` and is removed once a later checkpoint reads
+        back intact. Every rank calls it; rank 0 writes. Returns its path.
         """
         filename = f'iter_{meta["iter"]}.pth'
         path = self.file_backend.join_path(self.out_dir, filename)
@@ -229,21 +198,14 @@ class SafeCheckpointHook(CheckpointHook):
         self._extra = extra
         try:
             runner.save_checkpoint(
-                self.out_dir,
-                filename,
-                self.file_client_args,
-                save_optimizer=True,
-                save_param_scheduler=True,
-                meta=meta,
-                by_epoch=False,
-                backend_args=self.backend_args,
-                **self.args)
+                self.out_dir, filename, self.file_client_args,
+                save_optimizer=True, save_param_scheduler=True, meta=meta,
+                by_epoch=False, backend_args=self.backend_args, **self.args)
         finally:
             self._extra = None
         if is_main_process():
-            atomic_write(
-                osp.join(runner.work_dir, LAST_CHECKPOINT),
-                str(path).encode())
+            atomic_write(osp.join(runner.work_dir, LAST_CHECKPOINT),
+                         str(path).encode())
             if previous is not None and previous not in self._kept_paths():
                 self._remove_outdated(runner, [previous], [path])
         return path
@@ -264,39 +226,30 @@ class SafeCheckpointHook(CheckpointHook):
 
     @contextmanager
     def _removals_after_save(self, runner):
-        """Run mmengine's saving code with the files it removes (the
-        checkpoint beyond ``max_keep_ckpts``, the previous best) queued;
-        once it has saved, rewrite ``last_checkpoint`` atomically, and
-        remove the queue (and the checkpoint of a stop) after the new
-        checkpoints read back intact. An error while saving removes
-        nothing."""
+        """Run mmengine's saving code with its removals queued; once it has
+        saved, rewrite ``last_checkpoint`` atomically and remove the queue
+        (and the checkpoint of a stop) if the new checkpoints read back
+        intact."""
         hub = runner.message_hub
-        stop_ckpt = hub.pop_info('stop_ckpt')
-        saves = self._saves
+        stop_ckpt = hub.pop_info('stop_ckpt')  # not recorded in the new one
+        saves, saved = self._saves, False
         backend = self.file_backend
         deferred = self.file_backend = _DeferredRemovals(backend)
         try:
             yield
-        except BaseException:
-            if stop_ckpt is not None:
-                hub.update_info('stop_ckpt', stop_ckpt)
-            raise
+            saved = self._saves > saves  # ranks but 0 never save
         finally:
             self.file_backend = backend
-        if self._saves == saves:  # nothing saved (ranks but 0 never save)
-            if stop_ckpt is not None:
+            if not saved and stop_ckpt is not None:
                 hub.update_info('stop_ckpt', stop_ckpt)
+        if not saved:
             return
         if self.last_ckpt is not None:  # mmengine wrote it, not atomically
-            atomic_write(
-                osp.join(runner.work_dir, LAST_CHECKPOINT),
-                str(self.last_ckpt).encode())
+            atomic_write(osp.join(runner.work_dir, LAST_CHECKPOINT),
+                         str(self.last_ckpt).encode())
         outdated = list(deferred.queued)
         if stop_ckpt is not None and stop_ckpt != self.last_ckpt and \
                 stop_ckpt not in self._kept_paths():
             outdated.append(stop_ckpt)
-        written = {self.last_ckpt, getattr(self, 'best_ckpt_path', None)}
-        written.update((getattr(self, 'best_ckpt_path_dict', None) or
-                        {}).values())
-        written.discard(None)
+        written = (self._best_paths() | {self.last_ckpt}) - {None}
         self._remove_outdated(runner, outdated, sorted(written))

@@ -27,10 +27,9 @@ def _is_local(path) -> bool:
 
 
 class _DeferredRemovals:
-    """Stands in for the hook's file backend while mmengine's saving code
-    runs (it removes the previous best and the checkpoint beyond
-    ``max_keep_ckpts`` *before* writing the new one): an existing file it
-    checks for or removes is reported absent and queued instead."""
+    """The hook's file backend while mmengine's saving code runs: a file it
+    checks for or removes (before writing the new one) is reported absent
+    and queued instead."""
 
     def __init__(self, backend):
         self.backend = backend
@@ -50,21 +49,10 @@ class _DeferredRemovals:
 
 @HOOKS.register_module()
 class SafeCheckpointHook(CheckpointHook):
-    """mmengine's ``CheckpointHook`` (same arguments), made crash-safe.
-
-    - A local ``out_dir`` is written through
-      :class:`~lect_mm.engine.checkpoint_io.AtomicLocalBackend` (atomic,
-      digested), ``last_checkpoint`` too, after the checkpoint.
-    - The previous best and the checkpoints beyond ``max_keep_ckpts`` are
-      removed only once the new checkpoint reads back intact.
-    - Runtime state is saved as plain data (:mod:`~lect_mm.engine.
-      plain_state`) and turned back in ``after_load_checkpoint``.
-    - Before training, temporaries of killed writers are removed, and the
-      checkpoint paths that a resumed message hub records outside
-      :meth:`checkpoint_dir` are taken as this folder's files of the same
-      name, or dropped: another folder's files are never touched.
-    - :meth:`save_stop_checkpoint` writes the checkpoint of a stopped run.
-    """
+    """mmengine's ``CheckpointHook`` (same arguments), made crash-safe:
+    atomic, digested files (``AtomicLocalBackend``) and ``last_checkpoint``;
+    outdated checkpoints removed only once the new one reads back intact;
+    runtime state as plain data; files of its own folder only."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -75,10 +63,8 @@ class SafeCheckpointHook(CheckpointHook):
     def checkpoint_dir(self, runner) -> str:
         """The folder this hook writes into, also before ``before_train``
         (mmengine's rule: ``out_dir/<work dir's name>``, or the work dir)."""
-        if self._out_dir_final:
-            return self.out_dir
-        if self.out_dir is None or self.out_dir == runner.work_dir:
-            return runner.work_dir
+        if self._out_dir_final or self.out_dir in (None, runner.work_dir):
+            return self.out_dir or runner.work_dir
         name = osp.basename(runner.work_dir.rstrip(osp.sep))
         if _is_local(self.out_dir):
             return osp.join(self.out_dir, name)
@@ -100,17 +86,14 @@ class SafeCheckpointHook(CheckpointHook):
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         self._saves += 1
         checkpoint.update(self._extra or {})
-        for key, value in list(checkpoint.items()):
-            checkpoint[key] = to_plain(value)
+        checkpoint.update({k: to_plain(v) for k, v in checkpoint.items()})
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        for key, value in list(checkpoint.items()):
-            checkpoint[key] = from_plain(value)
+        checkpoint.update({k: from_plain(v) for k, v in checkpoint.items()})
 
     def _own_recorded_paths(self, runner) -> None:
-        """Make the checkpoint paths that a resumed message hub records this
-        run's own: a path outside :meth:`checkpoint_dir` becomes the file of
-        the same name there, or is dropped, with a warning."""
+        """A checkpoint path of a resumed message hub outside this folder
+        becomes the file of that name here, or is dropped, with a warning."""
         hub = runner.message_hub
         own = self.checkpoint_dir(runner)
         notes = []
@@ -153,8 +136,8 @@ class SafeCheckpointHook(CheckpointHook):
         }
 
     def _remove_outdated(self, runner, paths, written) -> None:
-        """Remove ``paths`` (of this folder only) once every checkpoint in
-        ``written`` reads back intact; keep them all otherwise."""
+        """Remove ``paths`` of this folder once ``written`` read back
+        intact."""
         paths = [p for p in paths if p not in written]
         if not paths or not is_main_process():
             return
@@ -184,13 +167,10 @@ class SafeCheckpointHook(CheckpointHook):
 
     def save_stop_checkpoint(self, runner, meta: dict,
                              extra: Optional[dict] = None) -> str:
-        """Save the resumable checkpoint of a run stopped after iteration
-        ``meta['iter']``, ``iter_{N}.pth`` in ``out_dir``, with the
-        optimizer, the schedulers and the ``extra`` top-level entries;
-        ``last_checkpoint`` then names it. It is not one of the
-        ``max_keep_ckpts`` and is removed once a later checkpoint reads
-        back intact. Every rank calls it; rank 0 writes. Returns its path.
-        """
+        """Save ``iter_{meta['iter']}.pth``, the resumable checkpoint of a
+        stopped run (with ``extra`` entries), outside ``max_keep_ckpts``,
+        removed once a later one reads back intact; return its path. Every
+        rank calls it."""
         filename = f'iter_{meta["iter"]}.pth'
         path = self.file_backend.join_path(self.out_dir, filename)
         previous = runner.message_hub.get_info('stop_ckpt')
@@ -226,10 +206,9 @@ class SafeCheckpointHook(CheckpointHook):
 
     @contextmanager
     def _removals_after_save(self, runner):
-        """Run mmengine's saving code with its removals queued; once it has
-        saved, rewrite ``last_checkpoint`` atomically and remove the queue
-        (and the checkpoint of a stop) if the new checkpoints read back
-        intact."""
+        """Run mmengine's saving code with its removals queued; after a save,
+        rewrite ``last_checkpoint`` atomically and remove the queue and the
+        stop checkpoint."""
         hub = runner.message_hub
         stop_ckpt = hub.pop_info('stop_ckpt')  # not recorded in the new one
         saves, saved = self._saves, False

@@ -1,22 +1,10 @@
-"""Checkpoint files written atomically with a digest, and verified on load.
+"""Checkpoint files written atomically with a SHA-256 digest record, verified
+on load, and the latest intact checkpoint of a work dir (by training
+progress, never by a file name's number). See docs/architecture.md.
 
-Writing (:class:`AtomicLocalBackend`, the file backend of
-``SafeCheckpointHook``): a temporary file in the same folder, fsync, rename,
-fsync of the folder, so a kill leaves under the final name the previous file
-or the complete new one; a full disk raises ``DiskFullError``. A torch
-checkpoint (a zip archive) gets one more record, ``<archive>/lect_mm_sha256``:
-the SHA-256 of every other record. ``torch.load`` reads only the records the
-pickle names, so the file still loads with ``torch.load(weights_only=True)``.
-
-Reading (:func:`load_checkpoint_verified`, the loader of ``LectRunner`` and
-``StrictPretrainedInit``) raises :class:`CheckpointError` naming the file
-when it is missing, empty, truncated, fails a zip CRC or its digest; files
-without a digest (converted weights) load with their CRCs checked.
-
-:func:`latest_checkpoint` is lect_mm's one answer to "the latest intact
-checkpoint of this work dir": newest in training progress (each file's own
-``meta``), never by a number in a file name; :func:`read_last_checkpoint`
-follows no ``last_checkpoint`` path outside the work dir.
+The digest, ``<archive>/lect_mm_sha256``, covers every other record of the
+torch zip archive; ``torch.load`` reads only the records its pickle names,
+so the file still loads with ``torch.load(weights_only=True)``.
 """
 import hashlib
 import io
@@ -173,14 +161,9 @@ class AtomicLocalBackend(LocalBackend):
 
 # ----------------------------------------------------------------- reading
 def verify_checkpoint_file(path: str) -> Optional[str]:
-    """Check that the local file ``path`` is a complete, unaltered
-    checkpoint; return its verified SHA-256, or None when it carries no
-    digest (then only its zip CRCs were checked).
-
-    Raises:
-        CheckpointNotFoundError: The file does not exist.
-        CheckpointError: It is empty, truncated, fails a CRC or its digest.
-    """
+    """Raise :class:`CheckpointError` naming the local file ``path`` if it
+    is missing, empty, truncated, fails a zip CRC or its digest; return the
+    verified SHA-256, or None without a digest (converted weights)."""
     path = os.fspath(path)
     if not osp.exists(path):
         raise CheckpointNotFoundError(f'Checkpoint {path} does not exist.')
@@ -234,13 +217,9 @@ def file_identity(path: str) -> tuple:
 
 def load_checkpoint_file(filename: str, map_location=None,
                          verified: Optional[dict] = None):
-    """:func:`verify_checkpoint_file`, ``torch.load(weights_only=True)``,
-    then :func:`~lect_mm.engine.plain_state.from_plain`.
-
-    ``verified``: ``{path: (file_identity, digest)}`` of files that
-    :func:`latest_checkpoint` verified a moment ago; such a file, unchanged
-    since, is not hashed again.
-    """
+    """:func:`verify_checkpoint_file` (unless ``verified``, from
+    :func:`latest_checkpoint`, has the file unchanged), then
+    ``torch.load(weights_only=True)`` and ``from_plain``."""
     filename = osp.expanduser(os.fspath(filename))
     known = (verified or {}).get(filename)
     if known and osp.isfile(filename) and \
@@ -253,13 +232,11 @@ def load_checkpoint_file(filename: str, map_location=None,
             filename, map_location=map_location, weights_only=_weights_only())
     except pickle.UnpicklingError as error:
         # weights_only refused a class (or a damaged pickle): keep the type.
-        hint = (
-            " A checkpoint written by mmengine's own CheckpointHook pickles "
-            'mmengine and numpy objects, which torch >= 2.6 refuses to '
-            "unpickle by default; lect_mm's runtime config writes plain-data "
-            'checkpoints instead (SafeCheckpointHook). To load such a file '
-            'that you trust, set TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1.'
-        ) if 'mmengine' in str(error) else ''
+        hint = (" mmengine's own CheckpointHook pickles objects that torch "
+                ">= 2.6 refuses (lect_mm's SafeCheckpointHook writes plain "
+                'data); to load such a file that you trust, set '
+                'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1.'
+                ) if 'mmengine' in str(error) else ''
         raise pickle.UnpicklingError(
             f'Checkpoint {filename}: {error}{hint}') from error
     except Exception as error:
@@ -321,17 +298,11 @@ def resumable_checkpoints(checkpoint_dir: str) -> List[str]:
 def read_last_checkpoint(work_dir: str,
                          checkpoint_dir: Optional[str] = None,
                          logger='current') -> Optional[str]:
-    """The checkpoint that ``work_dir/last_checkpoint`` names, as a file of
-    ``work_dir`` or ``checkpoint_dir`` (default: ``work_dir``); None
-    without that file.
-
-    A path elsewhere (a copied or moved work dir, an edited file) is not
-    followed: it is named in a warning, and the file of the same name in
-    ``checkpoint_dir`` is taken if there is one, else None.
-
-    Raises:
-        CheckpointError: ``last_checkpoint`` is empty.
-    """
+    """The checkpoint that ``work_dir/last_checkpoint`` names (None without
+    that file; :class:`CheckpointError` if it is empty). A path outside
+    ``work_dir`` and ``checkpoint_dir`` (a copied work dir) is not
+    followed: the file of that name in ``checkpoint_dir`` is taken if there
+    is one, else None, with a warning."""
     checkpoint_dir = checkpoint_dir or work_dir
     pointer = osp.join(work_dir, LAST_CHECKPOINT)
     if not osp.isfile(pointer):
@@ -347,21 +318,16 @@ def read_last_checkpoint(work_dir: str,
     where = f'outside this work dir, {work_dir}' + (
         '' if checkpoint_dir == work_dir else
         f', and its checkpoint folder, {checkpoint_dir}')
-    if path is not None:
-        message = (f'{pointer} names {recorded}, {where} (a copied or '
-                   f'moved work dir?): not followed; taking {path}, the '
-                   'file of that name in this work dir.')
-    else:
-        message = (f'{pointer} names {recorded}, {where}, and this work dir '
-                   f'has no {osp.basename(recorded)}: not followed (to '
-                   f'resume from it, pass --resume {recorded}).')
-    print_log(message, logger=logger, level=logging.WARNING)
+    taken = f'taking {path}, the file of that name in this work dir' if \
+        path else (f'this work dir has no {osp.basename(recorded)} (to '
+                   f'resume from it, pass --resume {recorded})')
+    print_log(f'{pointer} names {recorded}, {where} (a copied or moved work '
+              f'dir?): not followed; {taken}.', logger=logger,
+              level=logging.WARNING)
     return path
 
 
 def _verify_into(path: str, verified: Optional[dict]) -> str:
-    """``path`` once :func:`verify_checkpoint_file` passed, recorded in
-    ``verified``."""
     digest = verify_checkpoint_file(path)
     if verified is not None:
         verified[path] = (file_identity(path), digest)
@@ -373,17 +339,12 @@ def latest_checkpoint(work_dir: str,
                       logger='current',
                       checkpoint_dir: Optional[str] = None,
                       verified: Optional[dict] = None) -> Optional[str]:
-    """The latest intact checkpoint of a work dir: the one ``--resume``
-    without a path takes, and a stopped run names; None if there is none.
-
-    That is the one :func:`read_last_checkpoint` names (without that file,
-    the newest of :func:`resumable_checkpoints`). If it is missing or
-    damaged, the newest intact one is named in the raised
-    :class:`CheckpointError`, or taken with ``take_intact``
-    (``--resume-intact``). ``checkpoint_dir``: the checkpoint hook's folder
-    (default: ``work_dir``); ``verified`` gets ``{path: (file_identity,
-    digest)}`` of the returned file, for :func:`load_checkpoint_file`.
-    """
+    """The checkpoint ``--resume`` takes: the one ``last_checkpoint`` names
+    (else the newest of :func:`resumable_checkpoints`; None if there is
+    none). If it is missing or damaged, the newest intact one is named in
+    a :class:`CheckpointError`, or taken with ``take_intact``
+    (``--resume-intact``). ``verified`` gets ``{path: (file_identity,
+    digest)}`` of the returned file, for :func:`load_checkpoint_file`."""
     checkpoint_dir = checkpoint_dir or work_dir
     problem = candidates = None
     try:

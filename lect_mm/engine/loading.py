@@ -1,13 +1,9 @@
 """Strict weight loading: a checkpoint that does not fit the model stops.
 
-mmengine loads weights non-strictly everywhere, with one warning line and a
-partly random model. lect_mm's loaders raise :class:`CheckpointMismatchError`
-on missing, unexpected and size-mismatched keys instead, naming the file,
-the first keys of each kind and the opt-out of that path: ``LectRunner``
-(``load_from``, ``--resume``, ``tools/test.py``; ``load_from_strict=False``),
-``init_cfg=dict(type='Pretrained', ..., strict=False)`` (in a run of
-``LectRunner``: :func:`scope_pretrained_init`) and :func:`load_checkpoint`
-(``strict=False``). mmengine's and mmpretrain's own loaders are unchanged.
+mmengine loads weights non-strictly (a warning and a partly random model);
+these loaders raise :class:`CheckpointMismatchError` naming the file, the
+first keys that do not fit and the opt-out of that path. mmengine's and
+mmpretrain's own loaders are unchanged (docs/pitfalls.md).
 """
 import logging
 import re
@@ -33,15 +29,16 @@ PRETRAINED_OPT_OUT = (
     "To load only the weights that fit, add `strict=False` to this "
     "init_cfg, or select the part that fits with `prefix='backbone.'`.")
 
+#: torch's size mismatch message, and how :func:`describe_mismatch` puts it
 _SIZE_MISMATCH = re.compile(
-    r'size mismatch for (?P<key>\S+): copying a param with shape '
+    r'\s*size mismatch for (?P<key>\S+): copying a param with shape '
     r'torch\.Size\((?P<ckpt>\[.*?\])\) from checkpoint, the shape in '
-    r'current model is torch\.Size\((?P<model>\[.*?\])\)')
+    r'current model is torch\.Size\((?P<model>\[.*?\])\)\.?')
+_SHAPES = r'\g<key>: \g<ckpt> in the checkpoint, \g<model> in the model'
 
 
 class CheckpointMismatchError(CheckpointError):
-    """A checkpoint's keys or shapes do not fit the model it is loaded into.
-    """
+    """A checkpoint's keys or shapes do not fit the model."""
 
 
 def unwrap_model(model):
@@ -50,10 +47,9 @@ def unwrap_model(model):
 
 
 def scope_pretrained_init(model) -> None:
-    """Give every ``init_cfg=dict(type='Pretrained')`` of ``model``'s
-    modules ``_scope_='lect_mm'`` (unless it names a scope), where the name
-    is :class:`StrictPretrainedInit`: mmengine applies the config named
-    ``Pretrained`` after the submodules' own initialisation."""
+    """Give every ``init_cfg=dict(type='Pretrained')`` in ``model``
+    ``_scope_='lect_mm'`` (unless it has one), where that name is
+    :class:`StrictPretrainedInit`."""
     for module in unwrap_model(model).modules():
         init_cfg = getattr(module, 'init_cfg', None)
         for cfg in init_cfg if isinstance(init_cfg, list) else [init_cfg]:
@@ -63,9 +59,8 @@ def scope_pretrained_init(model) -> None:
 
 def load_state_dict_collecting(module, state_dict
                                ) -> Tuple[List[str], List[str], List[str]]:
-    """Load ``state_dict`` into ``module`` non-strictly with mmengine's
-    ``load_state_dict`` traversal (wrappers unwrapped, load hooks run);
-    return ``(missing keys, unexpected keys, error messages)``."""
+    """mmengine's ``load_state_dict`` (non-strict), returning ``(missing
+    keys, unexpected keys, error messages)`` instead of printing them."""
     missing, unexpected, errors = [], [], []
     metadata = getattr(state_dict, '_metadata', None)
     state_dict = OrderedDict(state_dict)
@@ -97,14 +92,6 @@ def _first(items: List[str]) -> str:
     return ', '.join(items[:3]) + (', ...' if len(items) > 3 else '')
 
 
-def _shapes(message: str) -> str:
-    match = _SIZE_MISMATCH.search(message)
-    if match is None:
-        return message.strip()
-    return (f"{match['key']}: {match['ckpt']} in the checkpoint, "
-            f"{match['model']} in the model")
-
-
 def describe_mismatch(missing, unexpected, errors) -> str:
     """One line: how many keys of each kind, and the first three."""
     parts = []
@@ -115,17 +102,16 @@ def describe_mismatch(missing, unexpected, errors) -> str:
         parts.append(f'{len(unexpected)} unexpected key(s) '
                      f'({_first(unexpected)})')
     if errors:
+        shown = [_SIZE_MISMATCH.sub(_SHAPES, e).strip() for e in errors]
         parts.append(f'{len(errors)} size mismatch(es) or other error(s) '
-                     f'({_first([_shapes(e) for e in errors])})')
+                     f'({_first(shown)})')
     return '; '.join(parts)
 
 
 def load_state_dict_checked(module, state_dict, source: str, strict: bool,
                             opt_out: str, logger='current') -> None:
-    """Load ``state_dict`` into ``module``; when something does not fit,
-    raise :class:`CheckpointMismatchError` (``strict``) or log a warning.
-    ``source`` names the weights (``'Checkpoint PATH'``), ``opt_out`` says
-    how to load non-strictly."""
+    """Load ``state_dict``; what does not fit raises (``strict``) or warns,
+    naming ``source`` (``'Checkpoint PATH'``) and ``opt_out``."""
     mismatch = describe_mismatch(
         *load_state_dict_collecting(module, state_dict))
     if not mismatch:
@@ -175,9 +161,8 @@ def load_checkpoint(model,
 
 @WEIGHT_INITIALIZERS.register_module(name='Pretrained')
 class StrictPretrainedInit(PretrainedInit):
-    """mmengine's ``Pretrained`` initialisation (same arguments), verified
-    and strict unless ``strict=False``; ``Pretrained`` in the ``lect_mm``
-    scope."""
+    """mmengine's ``Pretrained`` init, verified and strict unless
+    ``strict=False``; ``Pretrained`` in the ``lect_mm`` scope."""
 
     def __init__(self, checkpoint, prefix=None, map_location='cpu',
                  strict=True):

@@ -1,6 +1,7 @@
 """``SafeCheckpointHook``: mmengine's ``CheckpointHook`` that never leaves a
 partial checkpoint and never deletes the last good one."""
 import os.path as osp
+import re
 from contextlib import contextmanager
 from typing import Optional
 
@@ -15,11 +16,8 @@ from .plain_state import from_plain, to_plain
 from .workdir import is_inside, own_file
 
 #: The message hub's entries that record a checkpoint's path (and
-#: ``best_ckpt_<metric>`` with several ``save_best`` metrics): what each is.
-RECORDED_PATHS = dict(
-    best_ckpt='best checkpoint',
-    last_ckpt='last checkpoint',
-    stop_ckpt='checkpoint of a stopped run')
+#: ``best_ckpt_<metric>`` with several ``save_best`` metrics).
+_RECORDED_PATH = re.compile(r'(best|last|stop)_ckpt(?:_(?P<metric>.+))?')
 
 
 def _is_local(path) -> bool:
@@ -98,12 +96,12 @@ class SafeCheckpointHook(CheckpointHook):
         own = self.checkpoint_dir(runner)
         notes = []
         for key, recorded in list(hub.runtime_info.items()):
-            what = RECORDED_PATHS.get(key)
-            if what is None and key.startswith('best_ckpt_'):
-                what = f'best checkpoint of {key[len("best_ckpt_"):]}'
-            if what is None or not isinstance(recorded, str) or \
+            match = _RECORDED_PATH.fullmatch(key)
+            if match is None or not isinstance(recorded, str) or \
                     is_inside(recorded, own):
                 continue
+            what = f'{match[1]} checkpoint' + (
+                f' of {match["metric"]}' if match['metric'] else '')
             path = own_file(recorded, own)
             if path is not None:
                 hub.update_info(key, path)

@@ -27,15 +27,9 @@ from .plain_state import from_plain
 from .workdir import is_inside, own_file
 from .write_errors import DiskFullError, is_disk_full
 
-ATOMIC_BACKEND = 'lect_atomic_local'
-"""Name of :class:`AtomicLocalBackend` in mmengine's file backends."""
-
-DIGEST_RECORD = 'lect_mm_sha256'
-"""The zip record (under the archive's folder) that holds the digest."""
-
-LAST_CHECKPOINT = 'last_checkpoint'
-"""The file in a work dir that names its latest checkpoint (mmengine's)."""
-
+ATOMIC_BACKEND = 'lect_atomic_local'  # AtomicLocalBackend's name
+DIGEST_RECORD = 'lect_mm_sha256'  # the digest's record in the archive
+LAST_CHECKPOINT = 'last_checkpoint'  # mmengine's pointer file in a work dir
 _TMP_NAME = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$')
 _RESUMABLE = re.compile(r'^(?:epoch|iter)_\d+\.pth$')
 
@@ -111,10 +105,9 @@ def remove_stale_temporaries(directory: str) -> List[str]:
 def _digest_record_name(archive: zipfile.ZipFile) -> Optional[str]:
     """``<archive>/lect_mm_sha256``, or None if it is no torch archive."""
     names = archive.namelist()
-    folder = names[0].split('/', 1)[0] if names else None
-    if f'{folder}/data.pkl' not in names:
-        return None
-    return f'{folder}/{DIGEST_RECORD}'
+    folder = names[0].split('/', 1)[0] if names else ''
+    return f'{folder}/{DIGEST_RECORD}' \
+        if f'{folder}/data.pkl' in names else None
 
 
 def _records_digest(archive: zipfile.ZipFile, skip: str) -> str:
@@ -269,30 +262,25 @@ def load_checkpoint_verified(filename: str, map_location=None,
 
 
 # ------------------------------------------- the latest checkpoint of a run
-def checkpoint_progress(path: str) -> Optional[tuple]:
-    """``(iterations, epochs)`` done, from the checkpoint's own ``meta``
-    (memory-mapped: its tensors are not read); None if it cannot be read."""
-    try:
-        meta = torch.load(path, map_location='cpu', mmap=True,
-                          weights_only=_weights_only())['meta']
-        return int(meta['iter']), int(meta['epoch'])
-    except Exception:
-        return None
-
-
 def resumable_checkpoints(checkpoint_dir: str) -> List[str]:
     """The ``epoch_N.pth``/``iter_N.pth`` files of ``checkpoint_dir`` (best
     checkpoints have no optimizer state), newest in training progress first
     (a folder may hold several runs' files), unreadable ones last."""
+
+    def progress(path):  # from the file's meta; mmap: tensors are not read
+        try:
+            meta = torch.load(path, map_location='cpu', mmap=True,
+                              weights_only=_weights_only())['meta']
+            return True, int(meta['iter']), int(meta['epoch'])
+        except Exception:
+            return False, 0, 0
+
     if not osp.isdir(checkpoint_dir):
         return []
-    found = []
-    for name in sorted(os.listdir(checkpoint_dir)):
-        if _RESUMABLE.match(name):
-            progress = checkpoint_progress(osp.join(checkpoint_dir, name))
-            found.append((progress is not None, progress or (0, 0), name))
-    found.sort(key=lambda item: item[:2], reverse=True)
-    return [osp.join(checkpoint_dir, name) for _, _, name in found]
+    paths = [osp.join(checkpoint_dir, name)
+             for name in sorted(os.listdir(checkpoint_dir))
+             if _RESUMABLE.match(name)]
+    return sorted(paths, key=progress, reverse=True)
 
 
 def read_last_checkpoint(work_dir: str,
@@ -327,13 +315,6 @@ def read_last_checkpoint(work_dir: str,
     return path
 
 
-def _verify_into(path: str, verified: Optional[dict]) -> str:
-    digest = verify_checkpoint_file(path)
-    if verified is not None:
-        verified[path] = (file_identity(path), digest)
-    return path
-
-
 def latest_checkpoint(work_dir: str,
                       take_intact: bool = False,
                       logger='current',
@@ -345,6 +326,13 @@ def latest_checkpoint(work_dir: str,
     a :class:`CheckpointError`, or taken with ``take_intact``
     (``--resume-intact``). ``verified`` gets ``{path: (file_identity,
     digest)}`` of the returned file, for :func:`load_checkpoint_file`."""
+
+    def intact(path):
+        digest = verify_checkpoint_file(path)
+        if verified is not None:
+            verified[path] = (file_identity(path), digest)
+        return path
+
     checkpoint_dir = checkpoint_dir or work_dir
     problem = candidates = None
     try:
@@ -360,14 +348,14 @@ def latest_checkpoint(work_dir: str,
         latest = candidates[0]
     if latest is not None:
         try:
-            return _verify_into(latest, verified)
+            return intact(latest)
         except CheckpointError as error:
             problem = f'The latest checkpoint is unusable: {error}'
     newest = None
     for path in candidates or resumable_checkpoints(checkpoint_dir):
         if latest is None or osp.abspath(path) != osp.abspath(latest):
             with suppress(CheckpointError):
-                newest = _verify_into(path, verified)
+                newest = intact(path)
                 break
     if newest is None:
         raise CheckpointError(

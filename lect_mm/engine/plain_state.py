@@ -1,20 +1,15 @@
 """mmengine's runtime state as plain data, so that checkpoints load with
-``torch.load(path, weights_only=True)`` in a process without lect_mm.
-
-A runner's checkpoint holds its message hub (``HistoryBuffer`` objects of
-numpy arrays), numpy scalars and the numpy random state, which torch's safe
-unpickler refuses. :func:`to_plain` replaces them by tagged dicts of Python
-numbers and lists before saving (``SafeCheckpointHook``); :func:`from_plain`
-turns them back on load. Nothing is added to torch's safe globals; only
-numeric and boolean numpy data are converted, bit-exact.
+``torch.load(path, weights_only=True)`` without lect_mm: message hub
+``HistoryBuffer``s and numeric numpy values become tagged dicts of Python
+numbers (bit-exact) on save, and are turned back on load. Nothing is added
+to torch's safe globals.
 """
 from collections import OrderedDict
 
 import numpy as np
 from mmengine.logging import HistoryBuffer
 
-TAG = '__lect_mm_plain__'
-"""The key that marks a dict as an encoded object (its value: the kind)."""
+TAG = '__lect_mm_plain__'  # marks an encoded object; its value: the kind
 
 _NUMERIC_KINDS = 'biuf'
 

@@ -1,15 +1,8 @@
-"""One run per work dir, and which recorded paths lie in a run's own folders.
-
-:class:`WorkDirLock` holds ``fcntl.flock`` on ``WORK_DIR/.work_dir.lock``
-(a no-op without ``fcntl``) and writes its holder into the file for the next
-comer's error. The OS drops the lock when the process ends, ``kill -9``
-included, so it is never stale. This module imports nothing heavy: a bare
-process can take the lock (tests do).
-
-A work dir records absolute paths (``last_checkpoint``; the best, last and
-stop checkpoints in a checkpoint's message hub), which name another folder
-once it is copied or moved: :func:`is_inside` and :func:`own_file` tell
-them apart, so that a run touches files of its own folders only.
+"""One run per work dir (:class:`WorkDirLock`, an ``fcntl.flock`` that the
+OS drops when the process dies, ``kill -9`` included), and which recorded
+paths lie in a run's own folders (:func:`is_inside`, :func:`own_file`: a
+copied work dir records the original's paths). Imports nothing heavy: a
+bare process can take the lock (tests do).
 """
 import os
 import os.path as osp
@@ -25,9 +18,8 @@ except ImportError:  # pragma: no cover (Windows)
 
 LOCK_FILE = '.work_dir.lock'
 
-#: Descriptors of the locks this process holds: a forked child (a data
-#: loader worker) inherits them, and would keep a killed run's work dir
-#: locked until it exits.
+#: Descriptors of this process's locks: a forked data loader worker inherits
+#: them, and would keep a killed run's work dir locked.
 _HELD_FDS = set()
 _FORK_HOOK = []
 
@@ -44,8 +36,7 @@ def _drop_inherited_locks() -> None:
 
 
 def fork_hook_registered() -> bool:
-    """Whether this process has installed the lock's fork hook (only a
-    process that took a lock has)."""
+    """Whether this process has installed the lock's fork hook."""
     return bool(_FORK_HOOK)
 
 
@@ -76,8 +67,8 @@ class WorkDirInUseError(RuntimeError):
 
 
 class WorkDirLock:
-    """An exclusive, non-blocking lock on a work directory (created if
-    missing)."""
+    """An exclusive, non-blocking lock on a work dir (created if missing);
+    its file names the holder for the next comer's error."""
 
     def __init__(self, work_dir: str):
         self.work_dir = osp.abspath(work_dir)

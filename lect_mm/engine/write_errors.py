@@ -1,11 +1,7 @@
 """A full disk stops a run at its first failed write, with one error that
-names the file.
-
-Python's logging reports a failed write on stderr and goes on, for every
-later line too, so a run on a full disk would flood its output and train
-until a checkpoint write fails. ``LectRunner`` logs to its file through
-:class:`GuardedFileHandler`, and checkpoints are written by
-``checkpoint_io.atomic_write``: both raise :class:`DiskFullError`.
+names the file (logging would print an error for every line and go on):
+``LectRunner`` logs through :class:`GuardedFileHandler`, checkpoints are
+written by ``checkpoint_io.atomic_write``; both raise :class:`DiskFullError`.
 """
 import errno
 import logging
@@ -14,10 +10,10 @@ import sys
 from contextlib import suppress
 from typing import Optional
 
+#: No space left on device, quota exceeded.
 DISK_FULL_ERRNOS = frozenset(
     code for code in (errno.ENOSPC, getattr(errno, 'EDQUOT', None))
     if code is not None)
-"""``ENOSPC`` (no space left on device) and ``EDQUOT`` (quota exceeded)."""
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -42,11 +38,9 @@ class DiskFullError(OSError):
 
 
 class GuardedFileHandler(logging.FileHandler):
-    """``logging.FileHandler`` whose first failed write raises (any
-    ``OSError``; :class:`DiskFullError` for a full disk) to the code that
-    logged; it then drops its records quietly (the console still shows
-    them), so the failure is reported once. The error stays in
-    :attr:`error`."""
+    """``logging.FileHandler`` whose first failed write raises (a full disk:
+    :class:`DiskFullError`) to the code that logged, once: it then drops its
+    records (the console still shows them). The error stays in ``error``."""
 
     error: Optional[OSError] = None
 

@@ -125,18 +125,15 @@ class SafeCheckpointHook(CheckpointHook):
         paths.discard(None)
         return paths
 
-    def _kept_paths(self) -> set:
-        """The checkpoints this hook keeps (max_keep_ckpts, best)."""
-        return self._best_paths() | {
+    def _remove_outdated(self, runner, paths, written) -> None:
+        """Remove ``paths`` of this folder, but those kept (best,
+        ``max_keep_ckpts``), once ``written`` read back intact."""
+        kept = self._best_paths() | set(written) | {
             self.file_backend.join_path(self.out_dir,
                                         self.filename_tmpl.format(step))
             for step in getattr(self, 'keep_ckpt_ids', ())
         }
-
-    def _remove_outdated(self, runner, paths, written) -> None:
-        """Remove ``paths`` of this folder once ``written`` read back
-        intact."""
-        paths = [p for p in paths if p not in written]
+        paths = [p for p in paths if p is not None and p not in kept]
         if not paths or not is_main_process():
             return
         for path in filter(_is_local, written):
@@ -184,8 +181,7 @@ class SafeCheckpointHook(CheckpointHook):
         if is_main_process():
             atomic_write(osp.join(runner.work_dir, LAST_CHECKPOINT),
                          str(path).encode())
-            if previous is not None and previous not in self._kept_paths():
-                self._remove_outdated(runner, [previous], [path])
+            self._remove_outdated(runner, [previous], [path])
         return path
 
     # mmengine's hook saves in these three; each runs with removals deferred
@@ -224,9 +220,6 @@ class SafeCheckpointHook(CheckpointHook):
         if self.last_ckpt is not None:  # mmengine wrote it, not atomically
             atomic_write(osp.join(runner.work_dir, LAST_CHECKPOINT),
                          str(self.last_ckpt).encode())
-        outdated = list(deferred.queued)
-        if stop_ckpt is not None and stop_ckpt != self.last_ckpt and \
-                stop_ckpt not in self._kept_paths():
-            outdated.append(stop_ckpt)
         written = (self._best_paths() | {self.last_ckpt}) - {None}
-        self._remove_outdated(runner, outdated, sorted(written))
+        self._remove_outdated(runner, deferred.queued + [stop_ckpt],
+                              sorted(written))

@@ -179,9 +179,8 @@ def verify_checkpoint_file(path: str) -> Optional[str]:
     try:
         with zipfile.ZipFile(path) as archive:
             record = _digest_record_name(archive)
-            expected = None
-            if record in archive.namelist():
-                expected = json.loads(archive.read(record))['digest']
+            expected = json.loads(archive.read(record))['digest'] \
+                if record in archive.namelist() else None
             digest = _records_digest(archive, skip=record)
     except (zipfile.BadZipFile, OSError, EOFError, ValueError,
             KeyError) as error:
@@ -215,8 +214,7 @@ def load_checkpoint_file(filename: str, map_location=None,
     ``torch.load(weights_only=True)`` and ``from_plain``."""
     filename = osp.expanduser(os.fspath(filename))
     known = (verified or {}).get(filename)
-    if known and osp.isfile(filename) and \
-            file_identity(filename) == known[0]:
+    if known and osp.isfile(filename) and file_identity(filename) == known[0]:
         digest = known[1]
     else:
         digest = verify_checkpoint_file(filename)

@@ -172,19 +172,17 @@ class StrictPretrainedInit(PretrainedInit):
     def __call__(self, module):
         state_dict = state_dict_of(
             load_checkpoint_verified(self.checkpoint, self.map_location))
+        prefix = self.prefix.rstrip('.') + '.' if self.prefix else ''
+        print_log(f'load {prefix or "model"} from: {self.checkpoint}',
+                  logger='current')
         source = f'Checkpoint {self.checkpoint}'
-        if self.prefix is None:
-            print_log(f'load model from: {self.checkpoint}', logger='current')
-        else:
-            print_log(f'load {self.prefix} in model from: {self.checkpoint}',
-                      logger='current')
-            prefix = self.prefix.rstrip('.') + '.'
-            if not any(k.startswith(prefix) for k in state_dict):
-                raise CheckpointMismatchError(
-                    f'{source} has no key with the prefix {prefix!r}.')
+        if prefix:
             state_dict = OrderedDict((k[len(prefix):], v)
                                      for k, v in state_dict.items()
                                      if k.startswith(prefix))
+            if not state_dict:
+                raise CheckpointMismatchError(
+                    f'{source} has no key with the prefix {prefix!r}.')
             source += f' (prefix {prefix!r})'
         load_state_dict_checked(module, state_dict, source, self.strict,
                                 PRETRAINED_OPT_OUT)

@@ -1,20 +1,8 @@
-"""One run per work directory: an OS file lock held while a run uses it;
-which recorded paths lie in a run's own folders.
-
-:class:`WorkDirLock` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on
-``WORK_DIR/.work_dir.lock`` and writes its holder (pid, host, start time,
-command) into the file for the error message of the next comer. The OS
-drops the lock when the process ends, ``kill -9`` included, so it is never
-left stale (a forked data-loader worker holds it until it exits too).
-Without ``fcntl`` (Windows) the lock is a no-op. This module imports
-nothing heavy, so that a bare process can take the lock (tests do).
-
-A run writes, renames and deletes files in its own work dir (and its
-checkpoint hook's ``out_dir``) only. A work dir records absolute paths
-(``last_checkpoint``; a checkpoint's message hub: the best, last and stop
-checkpoints), which name another directory once the work dir is copied or
-moved, or when a run resumes from another work dir's checkpoint:
-:func:`is_inside` and :func:`own_file` tell such paths apart.
+"""One run per work dir (:class:`WorkDirLock`, an ``fcntl.flock`` that the
+OS drops when the process dies, ``kill -9`` included), and which recorded
+paths lie in a run's own folders (:func:`is_inside`, :func:`own_file`: a
+copied work dir records the original's paths). Imports nothing heavy: a
+bare process can take the lock (tests do).
 """
 import os
 import os.path as osp
@@ -30,34 +18,21 @@ except ImportError:  # pragma: no cover (Windows)
 
 LOCK_FILE = '.work_dir.lock'
 
-
-#: Descriptors of the locks this process holds. A forked child (a data
-#: loader worker) inherits them, and a flock lives until every descriptor of
-#: it is closed: without this, workers outliving a killed run would keep its
-#: work dir locked.
+#: Descriptors of this process's locks: a forked data loader worker inherits
+#: them, and would keep a killed run's work dir locked.
 _HELD_FDS = set()
 _FORK_HOOK = []
 
 
 def _drop_inherited_locks() -> None:
     """In a forked child, point the inherited lock descriptors at /dev/null
-    (closing the child's share of the lock without unlocking the parent)."""
-    if not _HELD_FDS:
-        return
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in _HELD_FDS:
-        os.dup2(null, fd)
-    os.close(null)
-    _HELD_FDS.clear()
-
-
-def _register_fork_hook() -> None:
-    """Install :func:`_drop_inherited_locks` for forked children, once, when
-    this process first takes a lock (a process that never locks a work dir
-    gets no fork hook)."""
-    if not _FORK_HOOK and hasattr(os, 'register_at_fork'):
-        os.register_at_fork(after_in_child=_drop_inherited_locks)
-        _FORK_HOOK.append(True)
+    (closing the child's share without unlocking the parent)."""
+    if _HELD_FDS:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in _HELD_FDS:
+            os.dup2(null, fd)
+        os.close(null)
+        _HELD_FDS.clear()
 
 
 def fork_hook_registered() -> bool:
@@ -66,11 +41,8 @@ def fork_hook_registered() -> bool:
 
 
 def is_inside(path: str, directory: str) -> bool:
-    """Whether ``path`` lies in ``directory`` (or below it).
-
-    Local paths are compared with symbolic links resolved; URLs (``s3://``)
-    as text.
-    """
+    """Whether ``path`` lies in ``directory`` or below; local paths with
+    symbolic links resolved, URLs (``s3://``) as text."""
     path, directory = os.fspath(path), os.fspath(directory)
     if '://' in path or '://' in directory:
         return path.startswith(directory.rstrip('/') + '/')
@@ -79,9 +51,9 @@ def is_inside(path: str, directory: str) -> bool:
 
 
 def own_file(path: str, directory: str) -> Optional[str]:
-    """``path`` as a file of ``directory``: ``path`` itself if it lies in
-    ``directory``; else the file of the same name in ``directory`` if there
-    is one (the work dir was copied or moved); else None."""
+    """``path`` if it lies in ``directory``; else the file of the same name
+    in ``directory`` if there is one (a copied or moved work dir); else
+    None."""
     if is_inside(path, directory):
         return path
     if '://' in os.fspath(directory):
@@ -95,11 +67,8 @@ class WorkDirInUseError(RuntimeError):
 
 
 class WorkDirLock:
-    """An exclusive, non-blocking lock on a work directory.
-
-    Args:
-        work_dir (str): The directory; created if missing.
-    """
+    """An exclusive, non-blocking lock on a work dir (created if missing);
+    its file names the holder for the next comer's error."""
 
     def __init__(self, work_dir: str):
         self.work_dir = osp.abspath(work_dir)
@@ -127,14 +96,15 @@ class WorkDirLock:
                 f'({holder}). Two runs in one work dir overwrite each '
                 "other's checkpoints and logs: wait for it to end, stop it, "
                 'or pass another --work-dir.') from None
-        file.seek(0)
-        file.truncate()
+        file.truncate(0)
         file.write(f'pid {os.getpid()} on {socket.gethostname()}, started '
                    f'{time.strftime("%Y-%m-%d %H:%M:%S")}: '
                    f'{" ".join(sys.argv)}\n')
         file.flush()
         self._file = file
-        _register_fork_hook()
+        if not _FORK_HOOK and hasattr(os, 'register_at_fork'):
+            os.register_at_fork(after_in_child=_drop_inherited_locks)
+            _FORK_HOOK.append(True)
         _HELD_FDS.add(file.fileno())
         return self
 

@@ -1,25 +1,19 @@
 """A full disk stops a run at its first failed write, with one error that
-names the file.
-
-Python's logging reports a failed write of a log file on stderr
-("--- Logging error ---" and a traceback) and goes on, for every later line
-too; mmengine's ``FileHandler`` is such a handler, so a run on a full disk
-floods its output and trains until a checkpoint write fails. A
-:class:`~lect_mm.engine.LectRunner` logs to its file through
-:class:`GuardedFileHandler` instead, and checkpoints are written by
-:func:`~lect_mm.engine.checkpoint_io.atomic_write`; both raise
-:class:`DiskFullError`.
+names the file (logging would print an error for every line and go on):
+``LectRunner`` logs through :class:`GuardedFileHandler`, checkpoints are
+written by ``checkpoint_io.atomic_write``; both raise :class:`DiskFullError`.
 """
 import errno
 import logging
 import os
 import sys
+from contextlib import suppress
 from typing import Optional
 
+#: No space left on device, quota exceeded.
 DISK_FULL_ERRNOS = frozenset(
     code for code in (errno.ENOSPC, getattr(errno, 'EDQUOT', None))
     if code is not None)
-"""``ENOSPC`` (no space left on device) and ``EDQUOT`` (quota exceeded)."""
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -28,16 +22,12 @@ def is_disk_full(error: BaseException) -> bool:
 
 
 class DiskFullError(OSError):
-    """A write failed because the disk (or the quota) is full.
-
-    An ``OSError`` with the ``errno`` of the failed write and the path as
-    ``filename``.
-    """
+    """A write failed because the disk (or quota) is full: an ``OSError``
+    with the failed write's ``errno`` and the path as ``filename``."""
 
     def __init__(self, path: Optional[str], cause: Optional[OSError] = None,
                  what: str = '') -> None:
-        code = cause.errno if isinstance(cause, OSError) and \
-            cause.errno in DISK_FULL_ERRNOS else errno.ENOSPC
+        code = cause.errno if is_disk_full(cause) else errno.ENOSPC
         super().__init__(code, os.strerror(code), path)
         self.what = what
 
@@ -48,28 +38,21 @@ class DiskFullError(OSError):
 
 
 class GuardedFileHandler(logging.FileHandler):
-    """``logging.FileHandler`` whose first failed write raises, once.
+    """``logging.FileHandler`` whose first failed write raises (a full disk:
+    :class:`DiskFullError`) to the code that logged, once: it then drops its
+    records (the console still shows them). The error stays in ``error``."""
 
-    A failed write (any ``OSError``: :class:`DiskFullError` for a full
-    disk) is raised to the code that logged; the handler then writes no
-    more and drops its records quietly (the console still shows them), so
-    the failure is reported once. The error stays in :attr:`error`.
-    """
-
-    def __init__(self, *args, **kwargs) -> None:
-        self.error: Optional[OSError] = None
-        super().__init__(*args, **kwargs)
+    error: Optional[OSError] = None
 
     @classmethod
     def replacing(cls, handler: logging.FileHandler) -> 'GuardedFileHandler':
         """A handler appending to ``handler``'s file, with its level,
         formatter and filters (``handler`` is closed)."""
-        guarded = cls(handler.baseFilename, mode='a',
-                      encoding=handler.encoding, errors=handler.errors)
+        guarded = cls(handler.baseFilename, encoding=handler.encoding,
+                      errors=handler.errors)
         guarded.setLevel(handler.level)
         guarded.setFormatter(handler.formatter)
-        for log_filter in handler.filters:
-            guarded.addFilter(log_filter)
+        guarded.filters = list(handler.filters)
         handler.close()
         return guarded
 
@@ -79,9 +62,8 @@ class GuardedFileHandler(logging.FileHandler):
 
     def handleError(self, record: logging.LogRecord) -> None:
         error = sys.exc_info()[1]
-        if not isinstance(error, OSError) or self.error is not None:
-            super().handleError(record)
-            return
+        if not isinstance(error, OSError):
+            return super().handleError(record)
         if is_disk_full(error):
             self.error = DiskFullError(self.baseFilename, error, 'the log')
         else:
@@ -89,9 +71,7 @@ class GuardedFileHandler(logging.FileHandler):
                 error.errno, f'{error.strerror}: could not write the log',
                 self.baseFilename)
         stream, self.stream = self.stream, None
-        try:
+        with suppress(OSError):  # its buffer cannot be written either
             if stream is not None:
                 stream.close()
-        except OSError:
-            pass  # its buffer cannot be written either
         raise self.error from error

@@ -8,8 +8,8 @@ from mmengine.dist import all_reduce
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
 
-from .checkpoint_io import CheckpointError, latest_checkpoint
 from .loading import unwrap_model
+from .runner import last_checkpoint_note
 
 
 class DivergenceError(RuntimeError):
@@ -67,18 +67,6 @@ class NonFiniteLossHook(Hook):
     def _diverged(self, runner, what: str,
                   iteration: int) -> DivergenceError:
         """The error; ``iteration`` counts from 1, as in the log."""
-        checkpoint_dir = getattr(runner, 'checkpoint_dir', None)
-        try:
-            latest = latest_checkpoint(
-                runner.work_dir,
-                checkpoint_dir=checkpoint_dir() if checkpoint_dir else None)
-        except CheckpointError as problem:
-            saved = ('no checkpoint written before the divergence is '
-                     f'resumable as it is: {problem}')
-        else:
-            saved = ('no checkpoint was written before the divergence'
-                     if latest is None else f'the last checkpoint, {latest}, '
-                     'was written before the divergence')
         where = f'iteration {iteration}'
         if getattr(runner.train_loop, 'max_epochs', None) is not None:
             where += f' (epoch {runner.epoch + 1})'
@@ -89,7 +77,7 @@ class NonFiniteLossHook(Hook):
         return DivergenceError(
             f'Training diverged: {what} at {where}, learning rate '
             f'{"; ".join(lrs)}. The run was stopped before saving this '
-            f'model; {saved}. Lower the learning rate '
+            f'model; {last_checkpoint_note(runner)}. Lower the learning rate '
             '(optim_wrapper.optimizer.lr) or clip the gradients '
             '(optim_wrapper.clip_grad); default_hooks.non_finite_loss.'
             'patience sets how many non-finite losses in a row stop the run.')

@@ -94,6 +94,20 @@ def _claim_log_dir(work_dir: str, timestamp: str) -> str:
     return _from_rank0(name)
 
 
+def last_checkpoint_note(runner) -> str:
+    """What a run stopped by an error says of its last checkpoint."""
+    checkpoint_dir = getattr(runner, 'checkpoint_dir', None)
+    try:
+        latest = latest_checkpoint(
+            runner.work_dir,
+            checkpoint_dir=checkpoint_dir() if checkpoint_dir else None)
+    except CheckpointError as problem:
+        return f'none of its checkpoints is resumable as it is ({problem})'
+    if latest is None:
+        return 'no checkpoint was written before it stopped'
+    return f'its last checkpoint, {latest}, is intact'
+
+
 class _LectRunnerHook(Hook):
     """Raises a log write's error (which logging swallows) after the
     iteration or before the epoch it happened in; releases the run's
@@ -203,18 +217,6 @@ class LectRunner(Runner):
                 return hook.checkpoint_dir(self)
         return self.work_dir
 
-    def _last_checkpoint_note(self) -> str:
-        note = 'The run stopped at this first failed write'
-        try:
-            latest = latest_checkpoint(self.work_dir, logger=self.logger,
-                                       checkpoint_dir=self.checkpoint_dir())
-        except CheckpointError as problem:
-            return f'{note}. {problem}'
-        if latest is None:
-            return f'{note}, before it had written a checkpoint.'
-        return (f'{note}; its last checkpoint, {latest}, is intact: free '
-                'some space, then train again with --resume.')
-
     def train(self):
         try:
             return super().train()
@@ -224,7 +226,9 @@ class LectRunner(Runner):
             full = error if isinstance(error, DiskFullError) else \
                 DiskFullError(error.filename or f'a file in {self.work_dir}',
                               error)
-            full.add_note(self._last_checkpoint_note())
+            full.add_note('The run stopped at this first failed write; '
+                          f'{last_checkpoint_note(self)}: free some space, '
+                          'then train again with --resume.')
             if full is error:
                 raise
             raise full from error

@@ -1,11 +1,6 @@
-"""Distributed training that also works without CUDA (gloo on the CPU).
-
-mmengine 0.10.7's ``init_dist`` calls ``torch.cuda.set_device`` and its
-``Runner`` gives DDP ``device_ids=[LOCAL_RANK]``, both of which fail on a
-CPU machine; it also never destroys the process group
-(docs/pitfalls.md). :func:`distributed_context` fixes both from the
-outside; on an accelerator mmengine's own path is kept.
-"""
+"""Distributed training without CUDA too (gloo on the CPU), and a process
+group destroyed at the end; on an accelerator mmengine's path is kept
+(docs/pitfalls.md: mmengine calls ``torch.cuda.set_device``)."""
 import datetime
 import inspect
 import os
@@ -49,28 +44,19 @@ def _set_env_from_launcher(launcher: str, port=None) -> None:
 
 
 def setup_cpu_distributed(cfg: Config) -> bool:
-    """Initialise a gloo process group and adapt ``cfg`` (in place) for DDP
-    on the CPU, before the ``Runner`` is built.
-
-    Does nothing (returns False) without a launcher, on an accelerator or
-    when a process group exists. Otherwise sets
-    ``env_cfg.dist_cfg.backend='gloo'`` (mmengine then skips its
-    ``init_dist``) and makes ``model_wrapper_cfg`` a DDP wrapper with
+    """Before the ``Runner`` is built, on the CPU under a launcher: start a
+    gloo process group (mmengine then skips its ``init_dist``) and make
+    ``model_wrapper_cfg`` (``cfg`` is changed in place) a DDP wrapper with
     ``device_ids=None`` and no buffer broadcast before every forward
-    (:func:`no_buffer_broadcast`): ``SyncBuffersHook`` averages the buffers
-    after each epoch instead. Returns whether it initialised the group.
-    """
+    (``SyncBuffersHook`` averages buffers after each epoch instead).
+    Returns whether it started the group."""
     launcher = cfg.get('launcher', 'none')
     if launcher == 'none' or get_device() != 'cpu' or \
             torch_dist.is_initialized():
         return False
-    # (Config.setdefault would hand back a copy: assign, then read back.)
-    if cfg.get('env_cfg') is None:
-        cfg.env_cfg = dict()
-    if cfg.env_cfg.get('dist_cfg') is None:
-        cfg.env_cfg.dist_cfg = dict()
-    dist_cfg = cfg.env_cfg.dist_cfg
-    dist_cfg.backend = 'gloo'
+    env_cfg = cfg.get('env_cfg') or {}
+    dist_cfg = dict(env_cfg.get('dist_cfg') or {}, backend='gloo')
+    cfg.env_cfg = dict(env_cfg, dist_cfg=dist_cfg)
     _set_env_from_launcher(launcher, dist_cfg.get('port'))
     kwargs = {}
     if dist_cfg.get('timeout') is not None:
@@ -116,13 +102,10 @@ def teardown_distributed() -> None:
 
 @contextmanager
 def distributed_context(cfg: Config):
-    """Run the body (build the ``Runner``, train or test) in a process group
-    that works on the CPU too (:func:`setup_cpu_distributed`), and tear it
-    down (any backend) when the body returns or raises
-    ``TrainingPreempted`` (every rank stops at the same iteration). After
-    another exception a barrier would wait forever for the failed rank:
-    nothing is torn down, and the launcher stops the other ranks.
-    """
+    """Run the body in a process group that works on the CPU too, and tear
+    it down (any backend) when the body returns or raises
+    ``TrainingPreempted``; after another error a barrier would wait forever
+    for the failed rank, so the launcher stops the others."""
     setup_cpu_distributed(cfg)
     launched = cfg.get('launcher', 'none') != 'none'
     try:

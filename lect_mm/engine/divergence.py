@@ -34,23 +34,15 @@ def _on_any_rank(flag: bool) -> bool:
 
 @HOOKS.register_module()
 class NonFiniteLossHook(Hook):
-    """Raise :class:`DivergenceError` when training diverges: after
-    ``patience`` iterations in a row with a NaN or infinite loss, at the end
-    of an epoch whose weights (parameters, buffers) are not finite, and
-    before a checkpoint of such weights is written.
+    """Raise :class:`DivergenceError` (naming the iteration, learning rate
+    and last checkpoint) after ``patience`` non-finite losses in a row (more
+    than 1 tolerates mixed precision's odd overflow, which the loss scaler
+    skips), at the end of an epoch with non-finite weights, and before a
+    checkpoint of such weights is written; the ranks decide together.
 
-    The error names the iteration, epoch, learning rate and the last
-    checkpoint. The ranks decide together (no rank is left waiting).
-    Priority 65: after ``LoggerHook`` (the iteration is logged), before
-    ``ParamSchedulerHook`` (the learning rate named is the one used) and
-    ``CheckpointHook``. Off: ``default_hooks.non_finite_loss.enabled=False``
-    (mmengine accepts None only for its own default hooks).
-
-    Args:
-        patience (int): Non-finite losses in a row that stop the run; more
-            than 1 tolerates the odd overflowing batch of mixed precision,
-            whose step the loss scaler skips. Defaults to 3.
-        enabled (bool): False makes the hook do nothing. Defaults to True.
+    Priority 65: after ``LoggerHook``, before ``ParamSchedulerHook`` (the
+    learning rate named is the one used) and ``CheckpointHook``. Off:
+    ``enabled=False`` (mmengine accepts None only for its own hooks).
     """
 
     priority = 65

@@ -35,19 +35,15 @@ def set_rng_state(state: dict) -> None:
 
 @HOOKS.register_module()
 class RNGStateHook(Hook):
-    """Save the random generators' state in each checkpoint (``rng_state``)
-    and restore it on resume: mmengine re-seeds them from
-    ``randomness.seed``, so the resumed run's augmentation, dropout and
-    drop-path would differ from an uninterrupted one's.
+    """Save the random generators' state in each checkpoint and restore it
+    on resume, where mmengine re-seeds them: a resumed run ends as one that
+    never stopped.
 
-    The state taken at the end of each epoch is restored before the next
-    one, in the uninterrupted run too (validation between them draws from
-    the generators, and then changes nothing), and again before its first
-    iteration, once the loader's iterator (which draws its workers' base
-    seed, a persistent loader in its first epoch only) exists. A checkpoint
-    written inside an epoch holds the state between its iterations. The
-    state inside persistent workers cannot be saved: their sampler must be
-    :class:`~lect_mm.datasets.SeededSampler` (the shipped configs').
+    The state at an epoch's end is restored before the next epoch, in an
+    uninterrupted run too (validation then changes nothing), and again
+    before its first iteration, once the loader's iterator (which draws a
+    seed, a persistent one in its first epoch only) exists. Persistent
+    workers' state cannot be saved: their sampler must be ``SeededSampler``.
     """
 
     priority = 'VERY_HIGH'
@@ -116,18 +112,10 @@ def compile_submodules(model: torch.nn.Module,
 
 @HOOKS.register_module()
 class CompileModelHook(Hook):
-    """Compile the model's heavy submodules in place, once per run
-    (:func:`compile_submodules`), so that checkpoints of compiled and eager
-    runs are interchangeable. ``tools/train.py`` turns a config's
-    ``compile=True`` (or ``dict(...)`` of ``torch.compile``'s arguments)
-    into this hook instead of mmengine's compilation of the whole
-    ``train_step`` (docs/pitfalls.md); other tools: ``custom_hooks =
-    [dict(type='CompileModelHook', mode='max-autotune')]``.
-
-    Args:
-        targets (Sequence[str]): Submodules to compile. Defaults to
-            ``('backbone', 'neck')``.
-        **compile_kwargs: Passed to ``torch.compile``.
+    """:func:`compile_submodules` ``targets`` with ``compile_kwargs`` (of
+    ``torch.compile``) once per run. ``tools/train.py`` turns a config's
+    ``compile=True`` (or ``dict(...)``) into this hook instead of mmengine's
+    compilation of the whole ``train_step`` (docs/pitfalls.md).
     """
 
     priority = 'VERY_HIGH'

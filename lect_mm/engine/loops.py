@@ -10,14 +10,11 @@ from torch.utils.data import BatchSampler
 
 @LOOPS.register_module()
 class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
-    """mmengine's ``EpochBasedTrainLoop`` (same arguments, same iterations)
-    that can begin an epoch after its first iterations (:meth:`
-    start_epoch_at`, which :class:`~lect_mm.engine.PreemptionHook` calls on
-    resume from a checkpoint written inside an epoch): the batch indices go
-    on from there, and a :class:`~lect_mm.datasets.SeededSampler` skips the
-    samples already trained without loading them (another sampler's
-    batches are loaded and dropped). ``LectRunner`` builds it for
-    ``train_cfg = dict(by_epoch=True, ...)``.
+    """mmengine's ``EpochBasedTrainLoop`` that can begin an epoch after its
+    first iterations (:meth:`start_epoch_at`, for ``PreemptionHook``): a
+    :class:`~lect_mm.datasets.SeededSampler` skips their samples without
+    loading them (another sampler's batches are loaded and dropped).
+    ``LectRunner`` builds it for ``train_cfg = dict(by_epoch=True, ...)``.
     """
 
     def __init__(self, *args, **kwargs) -> None:

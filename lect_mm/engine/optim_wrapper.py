@@ -10,20 +10,12 @@ from mmpretrain.registry import OPTIM_WRAPPERS
 
 @OPTIM_WRAPPERS.register_module()
 class DeviceAmpOptimWrapper(AmpOptimWrapper):
-    """``AmpOptimWrapper`` that also runs on the CPU (``tools/train.py
-    --amp``; mmengine's refuses to be built without an accelerator).
+    """``AmpOptimWrapper`` (same arguments) that also runs on the CPU, where
+    mmengine's refuses to be built (``tools/train.py --amp`` selects it).
 
-    On an accelerator it is ``AmpOptimWrapper``. On the CPU forward passes
-    run under bfloat16 autocast, which has float32's exponent range: no loss
-    scaler (``loss_scaler`` is None), plain ``OptimWrapper`` backward and
-    step, and a log line that says so.
-
-    Args:
-        loss_scale (float | str | dict): ``GradScaler`` setting, used on
-            accelerators only. Defaults to ``'dynamic'``.
-        dtype (str | torch.dtype, optional): Autocast dtype; on the CPU only
-            bfloat16 (the default there).
-        **kwargs: Other arguments of ``OptimWrapper``.
+    On the CPU forward passes run under bfloat16 autocast (the only
+    ``dtype`` there), which has float32's exponent range: no loss scaler
+    (``loss_scaler`` is None, ``loss_scale`` unused), and a log line says so.
     """
 
     def __init__(self,

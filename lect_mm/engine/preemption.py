@@ -25,14 +25,9 @@ DEFAULT_STOP_SIGNALS = ('SIGTERM', 'SIGUSR1')
 
 class TrainingPreempted(SystemExit):
     """A training stopped by a signal, its checkpoint written: a
-    ``SystemExit`` with status :data:`PREEMPTED_EXIT_CODE`, so a tool that
-    does not catch it ends quietly with that status.
-
-    Attributes:
-        checkpoint (str): The checkpoint to resume from.
-        signal (str): The signal's name (``'SIGTERM'``).
-        iteration (int): The iterations done (the checkpoint's ``iter``).
-    """
+    ``SystemExit`` (status :data:`PREEMPTED_EXIT_CODE`) with the
+    ``checkpoint`` to resume from, the ``signal``'s name and the
+    ``iteration``s done."""
 
     def __init__(self, message: str, checkpoint: str, signal_name: str,
                  iteration: int) -> None:
@@ -44,15 +39,10 @@ class TrainingPreempted(SystemExit):
 
 
 class StopSignals:
-    """The signals of a ``stop_signals`` value, and handlers for them that
-    only record the first one received (and count the others) while
-    installed: the stop itself happens between two iterations.
-
-    Args:
-        signals (str | int | Iterable | None): Names (``'SIGTERM'``,
-            ``'TERM'``) or numbers; a string may list several, separated by
-            commas. None or empty: none.
-    """
+    """The signals of a ``stop_signals`` value (names such as
+    ``'SIGTERM'`` or ``'TERM'``, numbers, a comma-separated string; None:
+    none), and handlers that only record the first one received and count
+    them: the stop itself happens between two iterations."""
 
     def __init__(self, signals=DEFAULT_STOP_SIGNALS) -> None:
         if isinstance(signals, int):
@@ -101,10 +91,9 @@ class StopSignals:
 
 
 class IgnoreStopSignals:
-    """A data loader's ``worker_init_fn``: a worker forked while
-    :class:`StopSignals` is installed ignores those signals (a scheduler
-    and torchrun signal loader workers too, and torch's would die of it,
-    failing the run), then the loader's own ``init_fn`` runs."""
+    """A loader's ``worker_init_fn``: a worker forked while
+    :class:`StopSignals` is installed ignores them (a scheduler signals
+    workers too, which would die of it), then ``init_fn`` runs."""
 
     def __init__(self, init_fn=None) -> None:
         self.init_fn = init_fn
@@ -124,23 +113,16 @@ def _processes(n: int) -> str:
 
 @HOOKS.register_module()
 class PreemptionHook(Hook):
-    """Stop a training cleanly on a signal; resume it inside the epoch.
+    """Stop a training cleanly on a signal (``stop_signals``: what
+    :class:`StopSignals` accepts); resume it inside the epoch.
 
-    While ``train()`` runs (``LectRunner`` calls :meth:`restore` when it
-    raises) the stop signals are recorded and the loaders' workers ignore
-    them. After each iteration and before an epoch that follows another,
-    the ranks agree whether one got a signal; if so the
-    :class:`~lect_mm.engine.SafeCheckpointHook` saves ``iter_{N}.pth``
-    (with each rank's buffers: DDP averages BatchNorm statistics only at an
-    epoch's end) and :class:`TrainingPreempted` is raised. ``--resume``
-    from it goes on inside the epoch given the same data, batch size and
-    number of processes (else a :class:`CheckpointError`). A run without
-    :class:`~lect_mm.engine.LectEpochBasedTrainLoop` or
-    ``SafeCheckpointHook``, or outside the main thread, says in its log
-    that the signals keep their usual effect.
-
-    Args:
-        stop_signals: What :class:`StopSignals` accepts.
+    While ``train()`` runs the signals are recorded and loader workers
+    ignore them. After each iteration and before an epoch that follows
+    another, the ranks agree whether one got a signal; if so the
+    ``SafeCheckpointHook`` saves ``iter_{N}.pth`` (with each rank's
+    buffers: DDP averages BatchNorm statistics only at an epoch's end) and
+    :class:`TrainingPreempted` is raised. A run that cannot stop so says
+    why in its log; the signals then keep their usual effect.
     """
 
     priority = 'LOWEST'  # an iteration's other hooks (its checkpoint) first
@@ -200,10 +182,8 @@ class PreemptionHook(Hook):
         self._stop_if_requested(runner, batch_idx + 1, runner.iter + 1)
 
     def _stop_if_requested(self, runner, inner_iter: int, done: int) -> None:
-        """On every rank (a collective call): if a rank got a stop signal,
-        save the checkpoint after ``done`` iterations (``inner_iter`` of
-        this epoch; 0 before an epoch) and raise :class:`TrainingPreempted`.
-        """
+        """If a rank got a signal, save the checkpoint after ``done``
+        iterations (``inner_iter`` of this epoch) and stop (every rank)."""
         if self.stop is None:
             return
         signum = torch.tensor([self.stop.received or 0], dtype=torch.int32)
@@ -250,9 +230,9 @@ class PreemptionHook(Hook):
             self._resumed = (filename, meta, checkpoint.get('rank_buffers'))
 
     def _resume_inside_epoch(self, runner) -> None:
-        """After ``--resume`` (the loop is where the checkpoint's ``meta``
-        says; ``load_from`` leaves it at 0) from a checkpoint written inside
-        an epoch: go on inside it."""
+        """Go on inside the epoch after ``--resume`` (not ``load_from``,
+        which leaves the loop at 0) from a checkpoint written inside it,
+        given the same data, batch size and number of processes."""
         resumed, self._resumed = self._resumed, None
         if resumed is None:
             return

@@ -121,8 +121,7 @@ class CompileModelHook(Hook):
     priority = 'VERY_HIGH'
 
     def __init__(self, targets=('backbone', 'neck'), **compile_kwargs):
-        self.targets = (targets, ) if isinstance(targets, str) else \
-            tuple(targets)
+        self.targets = targets
         self.compile_kwargs = compile_kwargs
 
     def before_run(self, runner) -> None:

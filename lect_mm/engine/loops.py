@@ -53,13 +53,3 @@ class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
             self.run_iter(idx, data_batch)
         self.runner.call_hook('after_train_epoch')
         self._epoch += 1
-
-
-def epoch_loop_cfg(train_cfg):
-    """``train_cfg`` with ``dict(by_epoch=True, ...)`` (no ``type``) as a
-    :class:`LectEpochBasedTrainLoop`; anything else unchanged."""
-    if isinstance(train_cfg, dict) and 'type' not in train_cfg and \
-            train_cfg.get('by_epoch', False):
-        train_cfg = {k: v for k, v in train_cfg.items() if k != 'by_epoch'}
-        train_cfg['type'] = LectEpochBasedTrainLoop
-    return train_cfg

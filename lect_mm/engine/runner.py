@@ -1,31 +1,5 @@
 """``LectRunner``: mmengine's ``Runner`` that loads checkpoints strictly and
-verified, resumes only from intact files, and owns its work directory.
-
-``configs/_base_/default_runtime.py`` selects it (``runner_type``), for any
-model trained with that config; what it adds is local to its run. Config
-keys besides the ``Runner``'s:
-
-- ``load_from_strict`` (True): ``load_from``, ``--resume`` and
-  ``tools/test.py`` stop on a checkpoint that does not fit the model
-  (:mod:`~lect_mm.engine.loading`); False loads what fits, with a warning.
-- ``resume_intact`` (False; ``tools/train.py --resume-intact``): when the
-  latest checkpoint is damaged, resume from the newest intact one instead
-  of stopping (:func:`~lect_mm.engine.checkpoint_io.latest_checkpoint`).
-- ``lock_work_dir`` (True; ``tools/test.py`` turns it off): hold a
-  :class:`~lect_mm.engine.workdir.WorkDirLock` on the work dir (rank 0;
-  every rank raises if it is taken).
-- ``log_dir_only`` (False; ``tools/test.py`` sets it): the config copy goes
-  into the run's own log folder (``<work_dir>/<timestamp>[_1, _2...]/``,
-  one per run), so the run writes nothing outside it.
-- ``stop_signals`` (``['SIGTERM', 'SIGUSR1']``; None or ``[]``: off): stop
-  after the iteration with a resumable checkpoint (:class:`~lect_mm.engine.
-  PreemptionHook`).
-- ``resume_schedule`` (``'config'`` or ``'checkpoint'``): the schedule
-  ``--resume`` goes on with (:class:`~lect_mm.engine.CheckpointCheckHook`).
-
-A write that fails on a full disk stops the run with a
-:class:`~lect_mm.engine.DiskFullError` naming the last intact checkpoint.
-"""
+verified, resumes only from intact files, and owns its work directory."""
 import itertools
 import logging
 import os
@@ -45,7 +19,7 @@ from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
 from .config_check_hook import ConfigCheckHook
 from .loading import (RUNNER_OPT_OUT, load_state_dict_checked,
                       scope_pretrained_init, state_dict_of, unwrap_model)
-from .loops import epoch_loop_cfg
+from .loops import LectEpochBasedTrainLoop
 from .preemption import DEFAULT_STOP_SIGNALS, PreemptionHook
 from .workdir import WorkDirInUseError, WorkDirLock
 from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
@@ -132,17 +106,30 @@ class _LectRunnerHook(Hook):
 
 @RUNNERS.register_module()
 class LectRunner(Runner):
-    """mmengine's ``Runner`` (same arguments and config), plus what the
-    module's documentation lists: verified and strict checkpoint loading
-    (also for ``init_cfg=dict(type='Pretrained')``), ``--resume`` from the
-    latest intact checkpoint only, a locked work dir and a log folder of its
-    own, a :class:`~lect_mm.engine.write_errors.GuardedFileHandler` log,
-    :meth:`release` when ``train``/``val``/``test`` returns (and when
-    ``train`` raises), ``train_cfg = dict(by_epoch=True, ...)`` as a
-    :class:`~lect_mm.engine.LectEpochBasedTrainLoop`, and
-    :class:`~lect_mm.engine.ConfigCheckHook`,
-    :class:`~lect_mm.engine.CheckpointCheckHook` and
-    :class:`~lect_mm.engine.PreemptionHook` unless the config has them.
+    """mmengine's ``Runner`` (same arguments), selected by
+    ``configs/_base_/default_runtime.py``, with what is local to its run:
+    verified, strict checkpoint loading (also for ``init_cfg=dict(type=
+    'Pretrained')``), a locked work dir and a log folder of its
+    own, a log that raises a full disk's error (``DiskFullError``, naming
+    the last intact checkpoint), :meth:`release` when ``train``/``val``/
+    ``test`` returns, a ``LectEpochBasedTrainLoop`` for ``train_cfg =
+    dict(by_epoch=True, ...)``, and ``ConfigCheckHook``,
+    ``CheckpointCheckHook`` and ``PreemptionHook`` unless the config has
+    them. Config keys besides the ``Runner``'s:
+
+    - ``load_from_strict`` (True): a checkpoint that does not fit the model
+      stops ``load_from``, ``--resume`` and ``tools/test.py``; False loads
+      what fits, with a warning.
+    - ``resume_intact`` (False; ``--resume-intact``): ``--resume`` takes the
+      newest intact checkpoint when the latest one is damaged.
+    - ``lock_work_dir`` (True; off in ``tools/test.py``): hold a
+      ``WorkDirLock`` (rank 0; every rank raises if it is taken).
+    - ``log_dir_only`` (False; ``tools/test.py`` sets it): the config copy
+      goes into the run's log folder (``<work_dir>/<timestamp>[_1...]``),
+      so the run writes nothing outside it.
+    - ``stop_signals`` (``['SIGTERM', 'SIGUSR1']``; None: off): see
+      ``PreemptionHook``.
+    - ``resume_schedule`` (``'config'``): see ``CheckpointCheckHook``.
     """
 
     def __init__(self, *args, **kwargs):
@@ -151,7 +138,12 @@ class LectRunner(Runner):
         self._verified = {}
         try:
             super().__init__(*args, **kwargs)
-            self._train_loop = epoch_loop_cfg(self._train_loop)
+            loop = self._train_loop
+            if isinstance(loop, dict) and 'type' not in loop and \
+                    loop.get('by_epoch', False):
+                self._train_loop = {k: v for k, v in loop.items()
+                                    if k != 'by_epoch'}
+                self._train_loop['type'] = LectEpochBasedTrainLoop
             self.logger.handlers = [
                 GuardedFileHandler.replacing(handler)
                 if type(handler) is logging.FileHandler else handler

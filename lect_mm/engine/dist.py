@@ -1,13 +1,6 @@
-"""Distributed training that also works without CUDA (gloo on the CPU).
-
-mmengine 0.10.7 assumes a GPU per process whenever a launcher is used: its
-``init_dist`` calls ``torch.cuda.set_device`` and its ``Runner`` wraps the
-model in DDP with ``device_ids=[LOCAL_RANK]``, both of which fail on a CPU
-machine. It also never destroys the process group, and a gloo group torn
-down by interpreter shutdown aborts the process now and then, after
-training has finished. :func:`distributed_context` fixes both from the
-outside, leaving mmengine's accelerator path as it is.
-"""
+"""Distributed training without CUDA too (gloo on the CPU), and a process
+group destroyed at the end; on an accelerator mmengine's path is kept
+(docs/pitfalls.md: mmengine calls ``torch.cuda.set_device``)."""
 import datetime
 import inspect
 import os
@@ -20,29 +13,30 @@ from mmengine.device import get_device
 from mmpretrain.registry import MODEL_WRAPPERS
 from torch.nn.parallel import DistributedDataParallel
 
+from .preemption import TrainingPreempted
+
 LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
 
 
 def _set_env_from_launcher(launcher: str, port=None) -> None:
-    """Set ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_*`` like mmengine's
-    ``init_dist`` does for each launcher (torchrun sets them itself)."""
+    """Set ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_*`` as mmengine's
+    ``init_dist`` does (torchrun sets them itself)."""
+    env = os.environ
     if launcher == 'slurm':
-        node_list = os.environ['SLURM_NODELIST']
-        os.environ['RANK'] = os.environ['SLURM_PROCID']
-        os.environ['WORLD_SIZE'] = os.environ['SLURM_NTASKS']
-        os.environ['LOCAL_RANK'] = os.environ.get('SLURM_LOCALID', '0')
+        env.update(RANK=env['SLURM_PROCID'], WORLD_SIZE=env['SLURM_NTASKS'],
+                   LOCAL_RANK=env.get('SLURM_LOCALID', '0'))
         if port is not None:
-            os.environ['MASTER_PORT'] = str(port)
-        os.environ.setdefault('MASTER_PORT', '29500')
-        if 'MASTER_ADDR' not in os.environ:
-            os.environ['MASTER_ADDR'] = subprocess.getoutput(
-                f'scontrol show hostname {node_list} | head -n1')
+            env['MASTER_PORT'] = str(port)
+        env.setdefault('MASTER_PORT', '29500')
+        if 'MASTER_ADDR' not in env:
+            env['MASTER_ADDR'] = subprocess.getoutput(
+                f'scontrol show hostname {env["SLURM_NODELIST"]} | head -n1')
     elif launcher == 'mpi':
-        os.environ['RANK'] = os.environ['OMPI_COMM_WORLD_RANK']
-        os.environ['WORLD_SIZE'] = os.environ['OMPI_COMM_WORLD_SIZE']
-        os.environ['LOCAL_RANK'] = os.environ['OMPI_COMM_WORLD_LOCAL_RANK']
-        os.environ.setdefault('MASTER_PORT', '29500')
-        if 'MASTER_ADDR' not in os.environ:
+        env.update(RANK=env['OMPI_COMM_WORLD_RANK'],
+                   WORLD_SIZE=env['OMPI_COMM_WORLD_SIZE'],
+                   LOCAL_RANK=env['OMPI_COMM_WORLD_LOCAL_RANK'])
+        env.setdefault('MASTER_PORT', '29500')
+        if 'MASTER_ADDR' not in env:
             raise KeyError('The environment variable MASTER_ADDR is not set')
     elif launcher != 'pytorch':
         raise ValueError(f'launcher={launcher!r} is not valid, choose from '
@@ -50,41 +44,20 @@ def _set_env_from_launcher(launcher: str, port=None) -> None:
 
 
 def setup_cpu_distributed(cfg: Config) -> bool:
-    """Initialise a gloo process group and adapt ``cfg`` for DDP on the CPU.
-
-    Does nothing (returns False) when ``cfg.launcher`` is ``'none'``, when an
-    accelerator is available (mmengine's own path, e.g. NCCL, is kept) or
-    when a process group already exists. Otherwise, before the ``Runner`` is
-    built: initialises the default process group with gloo (so mmengine
-    skips its ``init_dist`` and ``torch.cuda.set_device``), sets
-    ``env_cfg.dist_cfg.backend='gloo'`` and makes ``model_wrapper_cfg`` a
-    DDP wrapper with ``device_ids=None`` and no broadcast of the buffers
-    before every forward (:func:`no_buffer_broadcast`;
-    ``find_unused_parameters`` taken from the config). The ranks' buffers
-    (BatchNorm statistics) are instead averaged after every training epoch,
-    before its checkpoint and validation, by ``SyncBuffersHook``
-    (``default_hooks.sync_buffers`` of default_runtime).
-
-    Args:
-        cfg (Config): The full config; modified in place.
-
-    Returns:
-        bool: Whether this call initialised the process group.
-    """
+    """Before the ``Runner`` is built, on the CPU under a launcher: start a
+    gloo process group (mmengine then skips its ``init_dist``) and make
+    ``model_wrapper_cfg`` (``cfg`` is changed in place) a DDP wrapper with
+    ``device_ids=None`` and no buffer broadcast before every forward
+    (``SyncBuffersHook`` averages buffers after each epoch instead).
+    Returns whether it started the group."""
     launcher = cfg.get('launcher', 'none')
-    if launcher == 'none' or get_device() != 'cpu':
+    if launcher == 'none' or get_device() != 'cpu' or \
+            torch_dist.is_initialized():
         return False
-    if torch_dist.is_initialized():
-        return False
-    # (Config.setdefault would hand back a copy: assign, then read back.)
-    if cfg.get('env_cfg') is None:
-        cfg.env_cfg = dict()
-    if cfg.env_cfg.get('dist_cfg') is None:
-        cfg.env_cfg.dist_cfg = dict()
-    dist_cfg = cfg.env_cfg.dist_cfg
-    dist_cfg.backend = 'gloo'
+    env_cfg = cfg.get('env_cfg') or {}
+    dist_cfg = dict(env_cfg.get('dist_cfg') or {}, backend='gloo')
+    cfg.env_cfg = dict(env_cfg, dist_cfg=dist_cfg)
     _set_env_from_launcher(launcher, dist_cfg.get('port'))
-
     kwargs = {}
     if dist_cfg.get('timeout') is not None:
         kwargs['timeout'] = datetime.timedelta(seconds=dist_cfg['timeout'])
@@ -111,10 +84,9 @@ def setup_cpu_distributed(cfg: Config) -> bool:
 
 
 def no_buffer_broadcast() -> dict:
-    """DDP's argument that stops it from broadcasting rank 0's buffers
-    before every forward: ``forward_sync_buffers=False`` where torch has it
-    (it deprecates ``broadcast_buffers``, with a warning on every rank),
-    else ``broadcast_buffers=False``."""
+    """DDP's argument against broadcasting rank 0's buffers before every
+    forward: ``forward_sync_buffers=False`` where torch has it (it
+    deprecates ``broadcast_buffers``), else ``broadcast_buffers=False``."""
     params = inspect.signature(DistributedDataParallel.__init__).parameters
     if 'forward_sync_buffers' in params:
         return dict(forward_sync_buffers=False)
@@ -130,27 +102,17 @@ def teardown_distributed() -> None:
 
 @contextmanager
 def distributed_context(cfg: Config):
-    """Run the body (build the ``Runner``, train or test) in a process group
-    that works on the CPU too, and close it cleanly when the body succeeds.
-
-    Calls :func:`setup_cpu_distributed` on entry and, after a successful
-    body, :func:`teardown_distributed` (for any backend, NCCL included:
-    torch warns when a process group is left to the interpreter's exit). A
-    training stopped by a signal (``TrainingPreempted``: every rank stops at
-    the same iteration) is torn down the same way. On another exception
-    nothing is torn down -- a barrier would wait forever for the failed
-    rank -- and the launcher stops the other ranks.
-
-    Args:
-        cfg (Config): The full config; see :func:`setup_cpu_distributed`.
-    """
-    from .preemption import TrainingPreempted
+    """Run the body in a process group that works on the CPU too, and tear
+    it down (any backend) when the body returns or raises
+    ``TrainingPreempted``; after another error a barrier would wait forever
+    for the failed rank, so the launcher stops the others."""
     setup_cpu_distributed(cfg)
+    launched = cfg.get('launcher', 'none') != 'none'
     try:
         yield
     except TrainingPreempted:
-        if cfg.get('launcher', 'none') != 'none':
+        if launched:
             teardown_distributed()
         raise
-    if cfg.get('launcher', 'none') != 'none':
+    if launched:
         teardown_distributed()

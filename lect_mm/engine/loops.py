@@ -1,5 +1,5 @@
 """``LectEpochBasedTrainLoop``: mmengine's epoch-based training loop that
-can stop after any iteration and resume inside an epoch."""
+can resume inside an epoch."""
 from itertools import islice
 
 from mmengine.logging import print_log
@@ -10,18 +10,11 @@ from torch.utils.data import BatchSampler
 
 @LOOPS.register_module()
 class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
-    """mmengine's ``EpochBasedTrainLoop`` (same arguments, same iterations)
-    that can begin an epoch after its first iterations
-    (:meth:`start_epoch_at`, set by
-    :class:`~lect_mm.engine.preemption.PreemptionHook` when a run resumes
-    from a checkpoint written inside an epoch): the batch indices the hooks
-    see go on from there, and a :class:`~lect_mm.datasets.SeededSampler`
-    skips the samples already trained without loading them (another
-    sampler's batches are loaded and dropped).
-
-    :class:`~lect_mm.engine.LectRunner` builds it for ``train_cfg =
-    dict(by_epoch=True, ...)`` (:func:`epoch_loop_cfg`); it can also be
-    named, ``train_cfg = dict(type='LectEpochBasedTrainLoop', ...)``.
+    """mmengine's ``EpochBasedTrainLoop`` that can begin an epoch after its
+    first iterations (:meth:`start_epoch_at`, for ``PreemptionHook``): a
+    :class:`~lect_mm.datasets.SeededSampler` skips their samples without
+    loading them (another sampler's batches are loaded and dropped).
+    ``LectRunner`` builds it for ``train_cfg = dict(by_epoch=True, ...)``.
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -29,54 +22,34 @@ class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
         self._start_at = 0
 
     def start_epoch_at(self, inner_iter: int) -> None:
-        """Begin the next epoch after its first ``inner_iter`` iterations.
-
-        Args:
-            inner_iter (int): Iterations of the epoch already done, from 0
-                to ``len(dataloader)`` (then the epoch only ends: its
-                checkpoint, validation...).
-        """
+        """Begin the next epoch after its first ``inner_iter`` iterations
+        (all of them: the epoch only ends, with its checkpoint...)."""
         if not 0 <= inner_iter <= len(self.dataloader):
             raise ValueError(
                 f'inner_iter must be in [0, {len(self.dataloader)}] (the '
                 f'iterations of an epoch), got {inner_iter}')
         self._start_at = int(inner_iter)
 
-    def _batches(self, start: int):
-        """The data loader's batches from the ``start``-th on."""
-        if start == 0:
-            return self.dataloader
-        if start >= len(self.dataloader):
-            return ()  # creating an iterator would draw from torch's RNG
-        batch_sampler = getattr(self.dataloader, 'batch_sampler', None)
-        sampler = getattr(batch_sampler, 'sampler', None)
-        if isinstance(batch_sampler, BatchSampler) and hasattr(
-                sampler, 'skip'):
-            sampler.skip(start * batch_sampler.batch_size)
-            return self.dataloader
-        print_log(
-            f'{type(sampler).__name__} cannot skip samples: the first '
-            f'{start} batches of this epoch are loaded and dropped.',
-            logger='current')
-        return islice(self.dataloader, start, None)
-
     def run_epoch(self) -> None:
-        """Iterate one epoch (the rest of it after :meth:`start_epoch_at`).
-        """
         start, self._start_at = self._start_at, 0
         self.runner.call_hook('before_train_epoch')
         self.runner.model.train()
-        for idx, data_batch in enumerate(self._batches(start), start):
+        batches = self.dataloader
+        if start:
+            batch_sampler = getattr(batches, 'batch_sampler', None)
+            sampler = getattr(batch_sampler, 'sampler', None)
+            if start >= len(batches):
+                batches = ()  # an iterator would draw from torch's RNG
+            elif isinstance(batch_sampler, BatchSampler) and hasattr(
+                    sampler, 'skip'):
+                sampler.skip(start * batch_sampler.batch_size)
+            else:
+                print_log(
+                    f'{type(sampler).__name__} cannot skip samples: the '
+                    f'first {start} batches of this epoch are loaded and '
+                    'dropped.', logger='current')
+                batches = islice(batches, start, None)
+        for idx, data_batch in enumerate(batches, start):
             self.run_iter(idx, data_batch)
         self.runner.call_hook('after_train_epoch')
         self._epoch += 1
-
-
-def epoch_loop_cfg(train_cfg):
-    """``train_cfg`` with ``dict(by_epoch=True, ...)`` (no ``type``) as a
-    :class:`LectEpochBasedTrainLoop`; anything else unchanged."""
-    if isinstance(train_cfg, dict) and 'type' not in train_cfg and \
-            train_cfg.get('by_epoch', False):
-        train_cfg = {k: v for k, v in train_cfg.items() if k != 'by_epoch'}
-        train_cfg['type'] = LectEpochBasedTrainLoop
-    return train_cfg

@@ -1,47 +1,6 @@
 """``LectRunner``: mmengine's ``Runner`` that loads checkpoints strictly and
-verified, resumes only from intact files, and owns its work directory.
-
-``configs/_base_/default_runtime.py`` selects it (``runner_type``), so
-``tools/train.py``, ``tools/test.py`` and mmpretrain's own tools build it,
-for lect_mm's models and for any other model trained with that runtime
-config. What it adds is local to its run: nothing changes for other runners
-in the process, and the signal handlers installed while ``train()`` runs
-are put back when it returns. It reads six config keys besides the
-``Runner``'s:
-
-- ``load_from_strict`` (default True): ``load_from``, ``--resume`` and
-  ``tools/test.py`` stop when the checkpoint does not fit the model
-  (:mod:`~lect_mm.engine.loading`); False loads what fits, with a warning.
-- ``resume_intact`` (default False, ``tools/train.py --resume-intact``):
-  when the latest checkpoint is damaged, auto-resume takes the newest intact
-  ``epoch_*.pth``/``iter_*.pth`` (newest in training progress: each
-  checkpoint's own epoch and iteration) instead of stopping
-  (:func:`~lect_mm.engine.checkpoint_io.latest_checkpoint`; a
-  ``last_checkpoint`` naming a file outside the work dir is not followed).
-- ``lock_work_dir`` (default True): hold a
-  :class:`~lect_mm.engine.workdir.WorkDirLock` while the run uses the work
-  directory (rank 0 only; every rank raises if it is taken).
-  ``tools/test.py`` turns it off: testing a checkpoint of a running
-  training in the same work dir is fine.
-- ``log_dir_only`` (default False; ``tools/test.py`` sets it): the config
-  copy goes into the run's own log folder, ``<work_dir>/<timestamp>/``,
-  instead of ``<work_dir>/``, so the run writes nothing outside that folder.
-  Every run's log folder is its own: a run started in the same second as
-  another one in the same work dir gets ``<timestamp>_1`` (``_2`` ...).
-- ``stop_signals`` (default ``['SIGTERM', 'SIGUSR1']``; None or ``[]``
-  turns it off): the signals on which the training stops after the
-  iteration in progress with a resumable checkpoint
-  (:class:`~lect_mm.engine.preemption.PreemptionHook`).
-- ``resume_schedule`` (default ``'config'``): what ``--resume`` does when
-  the config's parameter schedule differs from the checkpoint's: go on
-  with the config's, from where a run with it would be, or
-  (``'checkpoint'``) with the checkpoint's
-  (:class:`~lect_mm.engine.CheckpointCheckHook`).
-
-A write that fails because the disk is full (the log file, a checkpoint)
-stops the run at once with a :class:`~lect_mm.engine.write_errors.
-DiskFullError` naming the file and the last intact checkpoint.
-"""
+verified, resumes only from intact files, and owns its work directory."""
+import itertools
 import logging
 import os
 import os.path as osp
@@ -60,102 +19,86 @@ from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
 from .config_check_hook import ConfigCheckHook
 from .loading import (RUNNER_OPT_OUT, load_state_dict_checked,
                       scope_pretrained_init, state_dict_of, unwrap_model)
-from .loops import epoch_loop_cfg
+from .loops import LectEpochBasedTrainLoop
 from .preemption import DEFAULT_STOP_SIGNALS, PreemptionHook
 from .workdir import WorkDirInUseError, WorkDirLock
 from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
 
 #: ``--resume``'s name for :func:`~lect_mm.engine.checkpoint_io.
-#: latest_checkpoint`, the one answer to "the latest intact checkpoint of
-#: this work dir".
+#: latest_checkpoint`: the latest intact checkpoint of a work dir.
 find_resume_checkpoint = latest_checkpoint
 
 
+def _from_rank0(value):
+    """Rank 0's ``value``, on every rank."""
+    if get_dist_info()[1] > 1:
+        box = [value]
+        broadcast_object_list(box, src=0)
+        value = box[0]
+    return value
+
+
 def _lock_work_dir(work_dir: str) -> Optional[WorkDirLock]:
-    """Rank 0 takes the lock; every rank raises if it could not (no rank is
+    """Rank 0 takes the lock; every rank raises if it could not (none is
     left waiting in a collective for a rank that stopped)."""
-    rank, world_size = get_dist_info()
     lock, error = None, None
-    if rank == 0:
+    if get_dist_info()[0] == 0:
         try:
             lock = WorkDirLock(work_dir).acquire()
         except WorkDirInUseError as exc:
             error = str(exc)
-    if world_size > 1:
-        box = [error]
-        broadcast_object_list(box, src=0)
-        error = box[0]
+    error = _from_rank0(error)
     if error is not None:
         raise WorkDirInUseError(error)
     return lock
 
 
 def _claim_log_dir(work_dir: str, timestamp: str) -> str:
-    """Create the run's log folder, ``<work_dir>/<timestamp>``, or
-    ``<timestamp>_1``, ``_2`` ... if that one exists; rank 0 creates it,
-    every rank gets its name."""
-    rank, world_size = get_dist_info()
+    """Rank 0 creates the run's log folder, ``<work_dir>/<timestamp>``, or
+    ``<timestamp>_1``, ``_2`` ... if it exists; every rank gets its name."""
     name = None
-    if rank == 0:
-        i = 0
-        while True:
-            name = timestamp if i == 0 else f'{timestamp}_{i}'
+    if get_dist_info()[0] == 0:
+        for i in itertools.count():
+            name = f'{timestamp}_{i}' if i else timestamp
             try:
                 os.mkdir(osp.join(work_dir, name))
-                break
             except FileExistsError:
-                i += 1
-    if world_size > 1:
-        box = [name]
-        broadcast_object_list(box, src=0)
-        name = box[0]
-    return name
+                continue
+            break
+    return _from_rank0(name)
 
 
-def _disk_full_error(runner, error: OSError) -> DiskFullError:
-    """A full disk as a :class:`DiskFullError` naming the file, with a note
-    naming the last intact checkpoint."""
-    if not isinstance(error, DiskFullError):
-        error = DiskFullError(error.filename or f'a file in {runner.work_dir}',
-                              error)
+def last_checkpoint_note(runner) -> str:
+    """What a run stopped by an error says of its last checkpoint."""
+    checkpoint_dir = getattr(runner, 'checkpoint_dir', None)
     try:
-        latest = latest_checkpoint(runner.work_dir, logger=runner.logger,
-                                   checkpoint_dir=runner.checkpoint_dir())
+        latest = latest_checkpoint(
+            runner.work_dir,
+            checkpoint_dir=checkpoint_dir() if checkpoint_dir else None)
     except CheckpointError as problem:
-        error.add_note(f'The run stopped at this first failed write. '
-                       f'{problem}')
-        return error
+        return f'none of its checkpoints is resumable as it is ({problem})'
     if latest is None:
-        error.add_note('The run stopped at this first failed write, before '
-                       'it had written a checkpoint.')
-        return error
-    error.add_note(
-        f'The run stopped at this first failed write; its last checkpoint, '
-        f'{latest}, is intact: free some space, then train again with '
-        '--resume.')
-    return error
+        return 'no checkpoint was written before it stopped'
+    return f'its last checkpoint, {latest}, is intact'
 
 
 class _LectRunnerHook(Hook):
-    """The runner's own duties between hooks: a failed log write that was
-    swallowed on its way up is raised after the iteration (or before the
-    epoch) it happened in; ``after_run`` releases the run's resources
-    (:meth:`LectRunner.release`)."""
+    """Raises a log write's error (which logging swallows) after the
+    iteration or before the epoch it happened in; releases the run's
+    resources after ``train``/``val``/``test`` (:meth:`LectRunner.release`).
+    """
 
     priority = 'LOWEST'
 
-    def _raise_log_error(self, runner) -> None:
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None) -> None:
         for handler in runner.logger.handlers:
             error = getattr(handler, 'error', None)
             if isinstance(handler, GuardedFileHandler) and error is not None:
                 raise error
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
-                         outputs=None) -> None:
-        self._raise_log_error(runner)
-
     def before_train_epoch(self, runner) -> None:
-        self._raise_log_error(runner)
+        self.after_train_iter(runner, None)
 
     def after_run(self, runner) -> None:
         runner.release()
@@ -163,32 +106,44 @@ class _LectRunnerHook(Hook):
 
 @RUNNERS.register_module()
 class LectRunner(Runner):
-    """mmengine's ``Runner`` (same arguments and config), plus what the
-    module's documentation lists: verified and strict checkpoint loading
-    (also for ``init_cfg=dict(type='Pretrained')``: :func:`~lect_mm.engine.
-    loading.scope_pretrained_init`), ``--resume`` from the latest intact
-    checkpoint only, a locked work dir and a log folder of its own, loader
-    workers ended and the lock released when ``train``/``val``/``test``
-    returns (and when ``train`` raises; after ``val``/``test`` raise, when
-    the runner is collected), the log through a :class:`~lect_mm.engine.
-    write_errors.GuardedFileHandler`, and these hooks if the config has
-    none of their type: :class:`~lect_mm.engine.ConfigCheckHook`,
-    :class:`~lect_mm.engine.CheckpointCheckHook` and
-    :class:`~lect_mm.engine.PreemptionHook` (``stop_signals``;
-    ``train_cfg = dict(by_epoch=True, ...)`` builds a
-    :class:`~lect_mm.engine.LectEpochBasedTrainLoop`, which it needs).
+    """mmengine's ``Runner`` (same arguments), selected by
+    ``configs/_base_/default_runtime.py``, with what is local to its run:
+    verified, strict checkpoint loading (also for ``init_cfg=dict(type=
+    'Pretrained')``), a locked work dir and a log folder of its
+    own, a log that raises a full disk's error (``DiskFullError``, naming
+    the last intact checkpoint), :meth:`release` when ``train``/``val``/
+    ``test`` returns, a ``LectEpochBasedTrainLoop`` for ``train_cfg =
+    dict(by_epoch=True, ...)``, and ``ConfigCheckHook``,
+    ``CheckpointCheckHook`` and ``PreemptionHook`` unless the config has
+    them. Config keys besides the ``Runner``'s:
+
+    - ``load_from_strict`` (True): a checkpoint that does not fit the model
+      stops ``load_from``, ``--resume`` and ``tools/test.py``; False loads
+      what fits, with a warning.
+    - ``resume_intact`` (False; ``--resume-intact``): ``--resume`` takes the
+      newest intact checkpoint when the latest one is damaged.
+    - ``lock_work_dir`` (True; off in ``tools/test.py``): hold a
+      ``WorkDirLock`` (rank 0; every rank raises if it is taken).
+    - ``log_dir_only`` (False; ``tools/test.py`` sets it): the config copy
+      goes into the run's log folder (``<work_dir>/<timestamp>[_1...]``),
+      so the run writes nothing outside it.
+    - ``stop_signals`` (``['SIGTERM', 'SIGUSR1']``; None: off): see
+      ``PreemptionHook``.
+    - ``resume_schedule`` (``'config'``): see ``CheckpointCheckHook``.
     """
 
     def __init__(self, *args, **kwargs):
-        if len(args) > 5:  # train_cfg given by position
-            args = (*args[:5], epoch_loop_cfg(args[5]), *args[6:])
-        elif 'train_cfg' in kwargs:
-            kwargs['train_cfg'] = epoch_loop_cfg(kwargs['train_cfg'])
         # {path: (file identity, digest)} of the checkpoint --resume found
         # intact: its load does not verify it again
         self._verified = {}
         try:
             super().__init__(*args, **kwargs)
+            loop = self._train_loop
+            if isinstance(loop, dict) and 'type' not in loop and \
+                    loop.get('by_epoch', False):
+                self._train_loop = {k: v for k, v in loop.items()
+                                    if k != 'by_epoch'}
+                self._train_loop['type'] = LectEpochBasedTrainLoop
             self.logger.handlers = [
                 GuardedFileHandler.replacing(handler)
                 if type(handler) is logging.FileHandler else handler
@@ -206,8 +161,8 @@ class LectRunner(Runner):
             raise
 
     def setup_env(self, env_cfg: dict) -> None:
-        # Called by Runner.__init__ once the process group exists and before
-        # the log folder and the config copy are written.
+        # Runner.__init__ calls it once the process group exists, before it
+        # writes the log folder and the config copy.
         super().setup_env(env_cfg)
         self._work_dir_lock = None
         if self.cfg.get('lock_work_dir', True):
@@ -225,20 +180,16 @@ class LectRunner(Runner):
         self.cfg.dump(osp.join(self.log_dir, filename))
 
     def release_work_dir(self) -> None:
-        """Drop the work-dir lock (done when train/val/test returns)."""
+        """Drop the work-dir lock."""
         lock = getattr(self, '_work_dir_lock', None)
         if lock is not None:
             lock.release()
 
     def release(self) -> None:
-        """End the persistent workers of the built loops' data loaders (a
-        later loop starts new ones), put back the stop-signal handlers and
-        drop the work-dir lock: done when train/val/test returns, and when
-        train raises.
-
-        Left to the garbage collector, a runner in a reference cycle stops
-        each loader worker only after torch's 5 s join timeout.
-        """
+        """End the persistent workers of the built loops' loaders (a later
+        loop starts new ones; the garbage collector would wait torch's 5 s
+        join timeout for each), put back the stop-signal handlers and drop
+        the work-dir lock."""
         for loop in (self._train_loop, self._val_loop, self._test_loop):
             loader = getattr(loop, 'dataloader', None)
             iterator = getattr(loader, '_iterator', None)
@@ -264,17 +215,23 @@ class LectRunner(Runner):
         except OSError as error:
             if not is_disk_full(error):
                 raise
-            explained = _disk_full_error(self, error)
-            if explained is error:
+            full = error if isinstance(error, DiskFullError) else \
+                DiskFullError(error.filename or f'a file in {self.work_dir}',
+                              error)
+            full.add_note('The run stopped at this first failed write; '
+                          f'{last_checkpoint_note(self)}: free some space, '
+                          'then train again with --resume.')
+            if full is error:
                 raise
-            raise explained from error
+            raise full from error
         finally:
             self.release()
 
     def load_or_resume(self) -> None:
-        if self._has_loaded:
-            return
-        if self._resume and self._load_from is None:
+        if self._has_loaded or not self._resume:
+            return super().load_or_resume()  # load_from: load_checkpoint
+        resume_from = self._load_from
+        if resume_from is None:
             resume_from = latest_checkpoint(
                 self.work_dir, bool(self.cfg.get('resume_intact', False)),
                 self.logger, self.checkpoint_dir(), self._verified)
@@ -285,16 +242,11 @@ class LectRunner(Runner):
                     'training starts from scratch.')
                 return
             self.logger.info(f'Resuming from {resume_from}.')
-            self.resume(resume_from)
-        elif self._resume:
-            path = osp.expanduser(str(self._load_from))
-            if '://' not in path and not osp.exists(path):
-                raise CheckpointNotFoundError(
-                    f'--resume {self._load_from}: this checkpoint does not '
-                    'exist.')
-            self.resume(self._load_from)
-        elif self._load_from is not None:
-            self.load_checkpoint(self._load_from)
+        elif '://' not in str(resume_from) and not osp.exists(
+                osp.expanduser(str(resume_from))):
+            raise CheckpointNotFoundError(
+                f'--resume {resume_from}: this checkpoint does not exist.')
+        self.resume(resume_from)
         self._has_loaded = True
 
     def load_checkpoint(self,
@@ -302,12 +254,11 @@ class LectRunner(Runner):
                         map_location='cpu',
                         strict: Optional[bool] = None,
                         revise_keys: list = [(r'^module\.', '')]):
-        """``Runner.load_checkpoint``; ``strict=None`` (the default) takes
-        the config's ``load_from_strict`` (default True)."""
+        """``Runner.load_checkpoint``, verified; ``strict=None`` takes the
+        config's ``load_from_strict`` (default True)."""
         if strict is None:
             strict = bool(self.cfg.get('load_from_strict', True))
-        # for hooks' messages (CheckpointCheckHook)
-        self.checkpoint_file = filename
+        self.checkpoint_file = filename  # for hooks' messages
         verified, self._verified = self._verified, {}
         checkpoint = load_checkpoint_verified(filename, map_location,
                                               verified)

@@ -6,6 +6,7 @@ Intrinsic Inductive Bias", NeurIPS 2021 (sections "Reduction cell" and
 ``Image-Classification/vitae``, and the T2T-ViT token Performer it uses.
 """
 import math
+from contextlib import nullcontext
 from typing import Optional, Sequence, Tuple
 
 import torch
@@ -237,7 +238,10 @@ class TokenPerformer(BaseModule):
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         """Performer attention of already-normalised tokens (B, N, C)."""
         k, q, v = self.kqv(x).split(self.embed_dims, dim=-1)
-        with torch.autocast(device_type=x.device.type, enabled=False):
+        # fp32 under autocast; a device without autocast (meta) runs as is
+        device = x.device.type
+        with (torch.autocast(device_type=device, enabled=False)
+              if torch.amp.is_autocast_available(device) else nullcontext()):
             kp, qp, vf = self._phi(k.float()), self._phi(q.float()), v.float()
             denom = qp @ kp.sum(dim=1).unsqueeze(-1)
             y = (qp @ (kp.transpose(1, 2) @ vf)) / (denom + self.eps)

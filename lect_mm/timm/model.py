@@ -25,7 +25,7 @@ from mmpretrain.models.heads.levit_head import BatchNormLinear
 from mmpretrain.registry import MODELS
 from timm.models._features import feature_take_indices
 
-from .taps import run_tapped, stage_taps
+from .taps import head_pool, run_tapped, stage_taps
 
 #: Backbone arguments that fix the classifier's structure.
 _FIXED_ARGS = ('type', 'arch', 'in_channels', 'out_indices', 'out_type')
@@ -86,10 +86,13 @@ class ZooTimmModel(nn.Module):
             have (timm's dense-prediction argument). The zoo's backbones do
             not dilate, so it must be at least the last stage's stride
             (LeCT 16): a no-op then, a ValueError below. Defaults to None.
-        global_pool (str, optional): ``'avg'`` (the config's
-            ``GlobalAveragePooling`` neck) or ``''`` (no pooling) for
-            backbones that return maps; a backbone that pools itself (CeiT,
-            CCT) takes only ``''``. Defaults to the config's.
+        global_pool (str, optional): The config's pooling or ``''`` (none:
+            ``forward`` returns the map): ``'avg'``, the
+            ``GlobalAveragePooling`` neck; for a backbone that pools itself,
+            its pooling (CeiT with GAP: ``'avg'``, mean + the backbone's
+            norm; CCT: ``'seq'``, the backbone's norm + SeqPool; CeiT with
+            LCA returns pooled features and takes only ``''``). Defaults to
+            the config's.
         device, dtype: Where and in which dtype to build the parameters
             (``'meta'`` builds them without memory and skips the init).
         **backbone_args: Further arguments of the backbone (e.g.
@@ -118,7 +121,6 @@ class ZooTimmModel(nn.Module):
                                       attn_drop_rate, backbone_args)
         head = dict(cfg['head'])
         neck = cfg.get('neck')
-        self._native_pool = 'avg' if neck is not None else ''
         self.num_classes = num_classes
         self.in_chans = in_chans
         self.num_features = self.head_hidden_size = int(head['in_channels'])
@@ -130,6 +132,10 @@ class ZooTimmModel(nn.Module):
         with torch.device(device) if device is not None else nullcontext():
             # the order of ImageClassifier: backbone, then head layers
             self.backbone = MODELS.build(backbone)
+            self._head_pool = None if neck is not None else head_pool(
+                self.backbone)
+            self._native_pool = 'avg' if neck is not None else (
+                self._head_pool.name if self._head_pool else '')
             self.head = nn.Module()
             self._build_head(num_classes, global_pool)
         # a few buffers are made on the CPU whatever the default device
@@ -242,6 +248,7 @@ class ZooTimmModel(nn.Module):
         with torch.device(param.device):
             self._build_head(num_classes, global_pool)
         self.head.to(dtype=param.dtype)
+        self.head.train(self.training)
         self.num_classes = num_classes
         if self._head_init_cfg and num_classes > 0 and not param.is_meta:
             with _quiet_init():
@@ -249,20 +256,31 @@ class ZooTimmModel(nn.Module):
 
     # --- forward --------------------------------------------------------
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """The backbone's output: the last stage's ``(B, C, H, W)`` map, or
-        the pooled ``(B, C)`` feature of CeiT and CCT."""
-        return self.backbone(x)[-1]
+        """The ``(B, C, H, W)`` map the head pools: the backbone's output,
+        or, for a backbone that pools itself from its last map (CeiT with
+        GAP, CCT), that map; the pooled ``(B, C)`` of CeiT with LCA."""
+        if self._head_pool is None:
+            return self.backbone(x)[-1]
+        last = len(self._taps) - 1
+        _, maps = run_tapped(self.backbone, x, self._taps, [last])
+        return self._head_pool.features(self.backbone, maps[0])
 
     def forward_head(self,
                      x: torch.Tensor,
                      pre_logits: bool = False) -> torch.Tensor:
-        if self.head.global_pool == 'avg':
+        if self.head.global_pool and self._head_pool is not None:
+            x = self._head_pool.pool(self.backbone, x)
+        elif self.head.global_pool == 'avg':
             # mmpretrain's GlobalAveragePooling
             x = F.adaptive_avg_pool2d(x, 1).flatten(1)
         x = self.head.drop(x)
         return x if pre_logits else self.get_classifier()(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._head_pool is not None and self.head.global_pool:
+            # the backbone's own pooling, as the mmpretrain model
+            x = self.head.drop(self.backbone(x)[-1])
+            return self.get_classifier()(x)
         return self.forward_head(self.forward_features(x))
 
     def forward_intermediates(
@@ -286,10 +304,13 @@ class ZooTimmModel(nn.Module):
             raise ValueError(
                 f"output_fmt must be 'NCHW' or 'NHWC', got {output_fmt!r}.")
         take, _ = feature_take_indices(len(self._taps), indices)
-        outs, maps = run_tapped(self.backbone, x, self._taps, take)
+        last = [len(self._taps) - 1] if self._head_pool else []
+        outs, maps = run_tapped(self.backbone, x, self._taps, take + last)
+        final = self._head_pool.features(
+            self.backbone, maps.pop()) if last else outs[-1]
         if output_fmt == 'NHWC':
             maps = [m.permute(0, 2, 3, 1) for m in maps]
-        return maps if intermediates_only else (outs[-1], maps)
+        return maps if intermediates_only else (final, maps)
 
     def prune_intermediate_layers(self,
                                   indices: Union[int, Sequence[int]] = 1,

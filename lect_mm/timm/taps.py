@@ -13,10 +13,12 @@ per stage, with the stage's channels and its stride from the input
 (``feature_info``'s ``num_chs`` and ``reduction``).
 """
 from dataclasses import dataclass
-from typing import Callable, List, Sequence
+from functools import partial
+from typing import Callable, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
+from einops import rearrange
 
 from lect_mm.models.backbones.base_backbone import to_map
 
@@ -48,6 +50,15 @@ def _tokens(args, out, extra: int = 0):
     return to_map(out[:, extra:], args[1])
 
 
+def _cell(args, out):
+    """A ViTAE reduction cell returns ``(tokens, hw_shape)``."""
+    return to_map(out[0], out[1])
+
+
+def _square_tokens(args, out, side: int):
+    return to_map(out, (side, side))
+
+
 def _cumulative(strides: Sequence[int], first: int = 1) -> List[int]:
     out, total = [], first
     for s in strides:
@@ -72,25 +83,21 @@ def _vitae(b) -> List[StageTap]:
             taps.append(
                 StageTap(f'stages.{i}.ncs.{len(stage.ncs) - 1}', _tokens,
                          b.out_channels[i], reductions[i]))
-        else:  # a reduction cell returns (tokens, hw_shape)
+        else:
             taps.append(
-                StageTap(f'stages.{i}.rc',
-                         lambda args, out: to_map(out[0], out[1]),
-                         b.out_channels[i], reductions[i]))
+                StageTap(f'stages.{i}.rc', _cell, b.out_channels[i],
+                         reductions[i]))
     return taps
 
 
 def _levit(b) -> List[StageTap]:
-
-    def tokens_at(side):
-        return lambda args, out: to_map(out, (side, side))
-
     taps = []
     for i, stage in enumerate(b.stages):
         side = b.resolutions[i]
         taps.append(
-            StageTap(f'stages.{i}.{len(stage) - 1}', tokens_at(side),
-                     b.embed_dims[i], 16 * 2**i))
+            StageTap(f'stages.{i}.{len(stage) - 1}',
+                     partial(_square_tokens, side=side), b.embed_dims[i],
+                     16 * 2**i))
     return taps
 
 
@@ -98,8 +105,7 @@ def _ceit(b) -> List[StageTap]:
     extra = b.num_extra_tokens
     reduction = 224 // b.i2t.output_size(224) * b.proj.stride[0]
     return [
-        StageTap(f'layers.{i}',
-                 lambda args, out: _tokens(args, out, extra), b.embed_dims,
+        StageTap(f'layers.{i}', partial(_tokens, extra=extra), b.embed_dims,
                  reduction) for i in range(b.num_layers)
     ]
 
@@ -154,6 +160,62 @@ def stage_taps(backbone: nn.Module) -> List[StageTap]:
         raise TypeError(f'No stage taps for {name}; known backbones: '
                         f'{sorted(_TAPS)}.')
     return _TAPS[name](backbone)
+
+
+@dataclass
+class HeadPool:
+    """The pooling of a backbone that pools itself (CeiT with GAP, CCT),
+    split as timm's ``forward_features`` / ``forward_head``.
+
+    Attributes:
+        name (str): Its ``global_pool`` name.
+        features (callable): ``(backbone, map) -> (B, C, H, W)``: the map
+            the pooling reads, from the last stage's tap.
+        pool (callable): ``(backbone, map) -> (B, C)``: the backbone's
+            pooling on that map.
+    """
+    name: str
+    features: Callable
+    pool: Callable
+
+
+def _tokens_of(x: torch.Tensor) -> torch.Tensor:
+    return rearrange(x, 'b c h w -> b (h w) c')
+
+
+def _same(b, x):
+    return x
+
+
+def _mean_norm(b, x):
+    return b.norm(_tokens_of(x).mean(dim=1))
+
+
+def _norm(b, x):
+    return to_map(b.norm(_tokens_of(x)), x.shape[-2:])
+
+
+def _seq_pool(b, x):
+    return b.seq_pool(x)
+
+
+#: CeiT(pooling='gap'): mean of the patch tokens, then the backbone's norm.
+_CEIT_GAP = HeadPool('avg', _same, _mean_norm)
+#: CCT: the backbone's norm on the last tokens, then its SeqPool.
+_CCT_SEQ = HeadPool('seq', _norm, _seq_pool)
+
+
+def head_pool(backbone: nn.Module) -> Optional[HeadPool]:
+    """The :class:`HeadPool` of a backbone that pools itself from its last
+    map (None: the backbone returns maps, or, as CeiT's LCA over every
+    block's class token, pools from more than one map)."""
+    name = type(backbone).__name__
+    if name == 'CeiT' and backbone.norm is not None and \
+            backbone.lca is None:
+        return _CEIT_GAP
+    if name == 'CCT' and backbone.seq_pool is not None:
+        return _CCT_SEQ
+    return None
 
 
 def run_tapped(backbone: nn.Module, x: torch.Tensor, taps: List[StageTap],

@@ -51,7 +51,9 @@ class ZooEntry:
             returns by default.
         classifier (str): The classifier layer.
         pool_size (int, optional): Side of ``forward_features``' map at
-            ``input_size`` (None: CeiT and CCT pool in the backbone).
+            ``input_size`` (None: CeiT with LCA returns pooled features).
+        min_input_size (int, optional): The smallest input side accepted
+            (timm's ``min_input_size``; None: any).
     """
     config: str
     first_conv: Tuple[str, ...]
@@ -60,6 +62,7 @@ class ZooEntry:
     feature_stages: int = 3
     classifier: str = 'head.fc'
     pool_size: Optional[int] = None
+    min_input_size: Optional[int] = None
 
 
 ZOO = {
@@ -67,15 +70,18 @@ ZOO = {
     'lect_v2': ZooEntry('lect_v2', _LECT, pool_size=14),
     'lect_v3': ZooEntry('lect_v3', _LECT, pool_size=14),
     'lect_v1_ablation': ZooEntry('lect_v1_ablation', _LECT, pool_size=14),
-    'ceit_gap': ZooEntry('ceit_gap', _CEIT),
+    'ceit_gap': ZooEntry('ceit_gap', _CEIT, pool_size=14),
     'ceit_ref': ZooEntry('ceit_ref', _CEIT),
     'ceit_t': ZooEntry('ceit_t', _CEIT),
     'vitae_t': ZooEntry('vitae_t', _VITAE, pool_size=14),
     'vitae_xs': ZooEntry('vitae_xs', _VITAE, pool_size=14),
-    'cct_7_3x1': ZooEntry('cct_7_3x1', _CCT, 32, True),
-    'cct_2_3x2': ZooEntry('cct_2_3x2', _CCT, 32, True, feature_stages=2),
+    'cct_7_3x1': ZooEntry('cct_7_3x1', _CCT, 32, True, pool_size=16),
+    'cct_2_3x2': ZooEntry(
+        'cct_2_3x2', _CCT, 32, True, feature_stages=2, pool_size=8),
+    # its window attention needs sides of 224, 448, ... (217 at least)
     'alternet18': ZooEntry(
-        'alternet18', 'backbone.stem.0', feature_stages=4, pool_size=7),
+        'alternet18', 'backbone.stem.0', feature_stages=4, pool_size=7,
+        min_input_size=224),
     'flexible_levit_64s': ZooEntry(
         'levit_64s', 'backbone.patch_embed.patch_embed.0.conv',
         fixed_input_size=True, classifier='head.head.linear', pool_size=4),
@@ -123,6 +129,8 @@ def _pretrained_cfg(entry: ZooEntry) -> dict:
         crop_mode='center',
         interpolation='bilinear',
         fixed_input_size=entry.fixed_input_size,
+        min_input_size=None if entry.min_input_size is None else
+        (3, entry.min_input_size, entry.min_input_size),
         mean=CIFAR10_MEAN,
         std=CIFAR10_STD,
         first_conv=entry.first_conv,

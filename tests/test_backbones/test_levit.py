@@ -69,3 +69,25 @@ def test_zero_init_residual():
     kept = FlexibleLeViT(arch=SMALL, img_size=64, zero_init_residual=False)
     kept.init_weights()
     assert all((bn.weight == 1).all() for bn in kept.residual_output_norms())
+
+
+def test_eval_attention_bias_cache_follows_to_and_load():
+    """mmpretrain's LeViT attention caches its biases (``ab``) when set to
+    eval; a later ``.to(dtype)`` or ``load_state_dict`` refreshes it."""
+    torch.manual_seed(0)
+    model = FlexibleLeViT(arch=SMALL, img_size=64).eval()
+    x = torch.randn(1, 3, 64, 64)
+    model.to(torch.float64)
+    caches = [m.ab for m in model.modules() if hasattr(m, 'ab')]
+    assert caches and all(ab.dtype == torch.float64 for ab in caches)
+    model.to(torch.float32)
+    other = FlexibleLeViT(arch=SMALL, img_size=64)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.normal_()
+    model.load_state_dict(other.state_dict())
+    attn = model.stages[0][0].block
+    torch.testing.assert_close(
+        attn.ab, other.stages[0][0].block.attention_biases[
+            :, attn.attention_bias_idxs])
+    torch.testing.assert_close(model(x), other.eval()(x))

@@ -1,6 +1,8 @@
 """The zoo as timm models (``import lect_mm.timm``, docs/timm.md): the
 config's model (parameters, names, init, logits), timm's model API and the
 features API, checked against the mmpretrain model of the same config."""
+import io
+
 import pytest
 import timm
 import torch
@@ -37,13 +39,13 @@ def test_model_is_the_configs_on_meta(name):
     assert _count(model) == _count(ref) == README_PARAMS.get(
         name, _count(ref))
     assert model.num_classes == model.pretrained_cfg['num_classes'] == 10
+    torch.save(model, io.BytesIO())  # pickles (no closures kept)
 
 
-# one model per backbone class (ViTAE's Performer does not run on meta: it
-# is checked on the CPU below)
+# one model per backbone class (and per kind of pooling of CeiT)
 @pytest.mark.parametrize('name', [
-    'lect_v1', 'ceit_ref', 'cct_2_3x2', 'alternet18', 'flexible_levit_64s',
-    'narrow_resnet_report'
+    'lect_v1', 'ceit_ref', 'ceit_gap', 'cct_2_3x2', 'alternet18',
+    'flexible_levit_64s', 'narrow_resnet_report', 'vitae_xs'
 ])
 def test_stage_maps_are_feature_info_on_meta(name):
     """forward_intermediates gives every stage's map with the channels and
@@ -127,6 +129,31 @@ def test_head_api():
     assert ceit.no_weight_decay() == {'backbone.cls_token',
                                       'backbone.pos_embed',
                                       'backbone.pos_layer_embed'}
+
+
+@pytest.mark.parametrize('name,side,pool', [('ceit_gap', 64, 'avg'),
+                                            ('cct_2_3x2', 32, 'seq')])
+def test_backbone_pooling_is_forward_head(name, side, pool):
+    """CeiT with GAP and CCT pool in the backbone: forward_features is the
+    map that pooling reads and forward_head pools it as the backbone does
+    (forward itself keeps the backbone's output)."""
+    torch.manual_seed(0)
+    model = timm.create_model(name).eval()
+    x = torch.randn(2, 3, side, side)
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        grid = side // model.feature_info[-1]['reduction']
+        assert feats.shape == (2, model.num_features, grid, grid)
+        torch.testing.assert_close(model.forward_head(feats), model(x))
+        pooled = model.backbone(x)[-1]
+        torch.testing.assert_close(
+            model.forward_head(feats, pre_logits=True), pooled)
+        final, _ = model.forward_intermediates(x, indices=[0])
+        torch.testing.assert_close(final, feats)
+    assert model.head.global_pool == pool
+    model.reset_classifier(0, '')
+    assert not model.head.training  # the new head follows the model's mode
+    assert torch.equal(model(x), feats)
 
 
 def test_features_only_and_vitae_intermediates():

@@ -31,6 +31,10 @@ from lect_mm.models.utils import is_pretrained, parse_arch
 from .base_backbone import ZooBackbone, to_map
 
 
+def _refresh_after_load(module, incompatible_keys):
+    module.refresh_attention_bias_cache()
+
+
 @MODELS.register_module()
 class FlexibleLeViT(ZooBackbone, LeViT):
     """mmpretrain's LeViT with custom archs and the official residual init.
@@ -87,6 +91,24 @@ class FlexibleLeViT(ZooBackbone, LeViT):
         super().__init__(len(settings['depths']), arch=arch, **kwargs)
         self.zero_init_residual = zero_init_residual
         self._freeze_stages()
+        self.register_load_state_dict_post_hook(_refresh_after_load)
+
+    def refresh_attention_bias_cache(self) -> None:
+        """Recompute the attention biases an eval-mode mmpretrain LeViT
+        attention keeps (``ab``, gathered from ``attention_biases`` when
+        ``train(False)`` is called): after ``.to()`` / ``.half()`` or
+        loading weights in eval mode it would keep the old device, dtype
+        or values."""
+        with torch.no_grad():
+            for m in self.modules():
+                if hasattr(m, 'ab') and not m.training:
+                    m.ab = m.attention_biases[:, m.attention_bias_idxs]
+
+    def _apply(self, fn, *args, **kwargs):
+        # .to() / .cuda() / .half() reach parameters only; refresh ``ab``
+        super()._apply(fn, *args, **kwargs)
+        self.refresh_attention_bias_cache()
+        return self
 
     def stem_and_stages(self):
         return ['patch_embed'], [[f'stages.{i}']

@@ -869,8 +869,9 @@ def write_resolution_report(out_dir: str,
     lines = [
         '# Fashion-MNIST: accuracy against input size',
         '',
-        'The same runs at each input size (10,000 training images, 1,256 '
-        'steps, three seeds); one protocol page per size: ' + ', '.join(
+        'Each protocol\'s runs on its full training set, the same apart '
+        'from the input size; the number of seeds in parentheses. One '
+        'protocol page per size: ' + ', '.join(
             f'[{p}]({page})' for p, page in pages.items()) + '. Written by '
         '`python tools/benchmark_accuracy.py --resolution-report` from '
         'the pages\' `*_runs.json`.',

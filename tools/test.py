@@ -9,10 +9,9 @@ import mmengine
 from mmengine.config import ConfigDict, DictAction
 from mmengine.evaluator import DumpResults
 
-from lect_mm.engine.cli import (exit_launched_process, parse_launcher_args,
-                                runner_context, set_dataloader_defaults,
-                                set_work_dir)
-from lect_mm.engine.config_input import load_config, merge_cfg_options
+from lect_mm.cli import (exit_launched_process, load_config, merge_cfg_options,
+                         parse_launcher_args, runner_context,
+                         set_dataloader_defaults, set_work_dir)
 
 
 def parse_args(argv=None):

@@ -8,10 +8,9 @@ import time
 import lect_mm  # noqa: F401,I001  (first: registers modules, lect_mm::)
 from mmengine.config import DictAction
 
-from lect_mm.engine.cli import (exit_launched_process, parse_launcher_args,
-                                runner_context, set_dataloader_defaults,
-                                set_work_dir)
-from lect_mm.engine.config_input import load_config, merge_cfg_options
+from lect_mm.cli import (exit_launched_process, load_config, merge_cfg_options,
+                         parse_launcher_args, runner_context,
+                         set_dataloader_defaults, set_work_dir)
 
 
 def parse_args(argv=None):

@@ -7,7 +7,6 @@ from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
                             verify_checkpoint_file)
 from .config_check_hook import ConfigCheckHook
-from .config_input import merge_cfg_options
 from .config_tree import (ConfigError, ConfigMismatchError,
                           explain_config_errors)
 from .divergence import DivergenceError, NonFiniteLossHook
@@ -29,7 +28,7 @@ __all__ = [
     'DeviceAmpOptimWrapper', 'StrictPretrainedInit',
     # functions
     'load_checkpoint', 'verify_checkpoint_file', 'find_resume_checkpoint',
-    'explain_config_errors', 'merge_cfg_options',
+    'explain_config_errors',
     # what a run raises
     'CheckpointError', 'CheckpointNotFoundError', 'CheckpointMismatchError',
     'ConfigError', 'ConfigMismatchError', 'DivergenceError', 'DiskFullError',

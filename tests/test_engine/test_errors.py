@@ -13,8 +13,9 @@ from mmengine.runner import Runner
 from mmpretrain.registry import DATASETS, MODELS
 
 import lect_mm  # noqa: F401
+from lect_mm.cli import merge_cfg_options
 from lect_mm.engine import (ConfigCheckHook, ConfigError, ConfigMismatchError,
-                            explain_config_errors, merge_cfg_options)
+                            explain_config_errors)
 
 
 def _model(**backbone):

@@ -27,10 +27,10 @@ from mmpretrain.registry import HOOKS
 from tiny_run_utils import (TINY_CONFIG, final_state, logged_losses, tiny_cfg,
                             tiny_runner, wait_for_child)
 
+from lect_mm.cli import exit_launched_process
 from lect_mm.engine import (PREEMPTED_EXIT_CODE, CheckpointError,
                             TrainingPreempted, checkpoint_io,
                             find_resume_checkpoint, verify_checkpoint_file)
-from lect_mm.engine.cli import exit_launched_process
 from lect_mm.engine.preemption import StopSignals
 
 # The iteration of epoch 2 at which the signal comes is drawn from this

@@ -102,7 +102,7 @@ def test_every_key_lect_mm_reads_counts_as_read():
     import re
 
     import lect_mm.engine
-    from lect_mm.engine.config_input import READ_KEYS
+    from lect_mm.cli import READ_KEYS
     root = osp.dirname(lect_mm.engine.__file__)
     read = set()
     for name in os.listdir(root):

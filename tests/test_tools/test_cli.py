@@ -1,4 +1,4 @@
-"""lect_mm.engine.cli: what tools/train.py and tools/test.py share."""
+"""lect_mm.cli: what tools/train.py and tools/test.py share."""
 import argparse
 import os
 import os.path as osp
@@ -7,8 +7,8 @@ import pytest
 import torch
 from mmengine.config import Config
 
-from lect_mm.engine.cli import (parse_launcher_args, set_dataloader_defaults,
-                                set_work_dir)
+from lect_mm.cli import (parse_launcher_args, set_dataloader_defaults,
+                         set_work_dir)
 
 ON_CPU = not torch.cuda.is_available()
 
@@ -76,7 +76,7 @@ def test_runs_in_one_second_get_names_of_their_own(monkeypatch, tmp_path):
     from mmengine.config import Config
     from mmengine.logging import MMLogger
 
-    from lect_mm.engine import cli
+    from lect_mm import cli
     monkeypatch.setattr(cli.time, 'strftime',
                         lambda fmt, t=None: '20991231_235959')
     config_file = tmp_path / 'tiny.py'

@@ -1,6 +1,6 @@
 """A loaded checkpoint checked against the run that loads it: its classes,
-and on ``--resume`` its parameter schedule (:class:`CheckpointCheckHook`;
-docs/pitfalls.md says what mmengine does without it)."""
+and on ``--resume`` its parameter schedule (docs/pitfalls.md says what
+mmengine does without it)."""
 import warnings
 from typing import List
 
@@ -35,31 +35,21 @@ def _flat(schedulers, name: str = 'param_scheduler') -> list:
 
 def _differences(config_state: dict, saved_state: dict) -> List[str]:
     """``key checkpoint -> config`` for each setting that differs."""
-    keys = list(saved_state) + [k for k in config_state
-                                if k not in saved_state]
-    mine = {k: config_state.get(k, '(none)') for k in keys}
-    theirs = {k: saved_state.get(k, '(none)') for k in keys}
-    return [f'{k} {theirs[k]!r} -> {mine[k]!r}' for k in keys
-            if k not in _PROGRESS and mine[k] != theirs[k]]
+    pairs = {k: (saved_state.get(k, '(none)'), config_state.get(k, '(none)'))
+             for k in {**saved_state, **config_state} if k not in _PROGRESS}
+    return [f'{k} {old!r} -> {new!r}' for k, (old, new) in pairs.items()
+            if old != new]
 
 
 @HOOKS.register_module()
 class CheckpointCheckHook(Hook):
-    """Check a loaded checkpoint (``tools/test.py``, ``load_from``,
-    ``--resume``) against the run's config before the first iteration.
-
-    - Classes: ``meta['dataset_meta']['classes']`` against each built data
-      set's class list. Other names or another order raise
-      :class:`~lect_mm.engine.ConfigMismatchError` (testing, validation,
-      ``--resume``) or warn (``load_from`` in training: fine-tuning).
-    - Schedule (``--resume``, before anything is restored): each scheduler
-      the config builds against the state the checkpoint holds for it,
-      differences listed in a warning. ``resume_schedule='config'``
-      (default) steps the config's schedulers through the epochs and
-      iterations done and restores their states and values instead of the
-      checkpoint's; ``'checkpoint'`` keeps mmengine's behaviour. A scheduler
-      that steps on validation metrics cannot be replayed.
-    """
+    """Check a loaded checkpoint against the run's config before the first
+    iteration: its ``meta['dataset_meta']['classes']`` against each data
+    set's (other names or order raise :class:`ConfigMismatchError`, or warn
+    for ``load_from`` in training: fine-tuning), and on ``--resume`` its
+    schedulers' states against the config's, differences in a warning.
+    ``resume_schedule='config'`` (default) replays the config's schedule up
+    to the checkpoint; ``'checkpoint'`` keeps mmengine's behaviour."""
 
     priority = 'LOWEST'  # after SafeCheckpointHook has decoded the file
 
@@ -107,19 +97,15 @@ class CheckpointCheckHook(Hook):
                 continue
             classes = list(classes)
             what = f'{name}.dataset ({type(dataset).__name__})'
-            how, index = class_difference('the checkpoint', saved, what,
-                                          classes, _listed)
-            meaning = (
-                f'output {index} of the model means {saved[index]!r} but '
-                f'label {index} of the data means {classes[index]!r}'
-                if index is not None else
-                f'{abs(len(saved) - len(classes))} classes are in one list '
-                'only')
+            difference = class_difference(
+                'the checkpoint', saved, what, classes, _listed,
+                lambda i: f'output {i} of the model means {saved[i]!r} but '
+                f'label {i} of the data means {classes[i]!r}')
             message = (
                 f'Checkpoint {filename} was trained on {len(saved)} classes '
                 f"(its meta['dataset_meta']['classes']): {_listed(saved)}; "
-                f'{what} has {len(classes)}: {_listed(classes)}: {how}. A '
-                f'label is an index into the class list, so {meaning}')
+                f'{what} has {len(classes)}: {_listed(classes)}: '
+                f'{difference}')
             if training and not resuming:
                 runner.logger.warning(
                     f'load_from: {message}. The model is fine-tuned on the '
@@ -196,25 +182,18 @@ def _replay(runner, built, checkpoint: dict) -> None:
     flat = _flat(built)
     by_iter = [s for _, s, _ in flat if not s.by_epoch]
     by_epoch = [s for _, s, _ in flat if s.by_epoch]
+    # ParamSchedulerHook's order: by_iter ones after each iteration,
+    # by_epoch ones after each epoch
+    epoch = [by_iter] * epoch_length + [by_epoch]
     with warnings.catch_warnings():
         # "scheduler.step() before optimizer.step()": no training here
         warnings.simplefilter('ignore', UserWarning)
-        for _ in range(epochs):
-            for _ in range(epoch_length):
-                for scheduler in by_iter:
-                    scheduler.step()
-            for scheduler in by_epoch:
+        for schedulers in epoch * epochs + [by_iter] * inner:
+            for scheduler in schedulers:
                 scheduler.step()
-        for _ in range(inner):
-            for scheduler in by_iter:
-                scheduler.step()
-    if isinstance(built, dict):
-        checkpoint['param_schedulers'] = {
-            key: [s.state_dict() for s in items]
-            for key, items in built.items()
-        }
-    else:
-        checkpoint['param_schedulers'] = [s.state_dict() for s in built]
+    checkpoint['param_schedulers'] = (
+        {key: [s.state_dict() for s in items] for key, items in built.items()}
+        if isinstance(built, dict) else [s.state_dict() for s in built])
     optim = checkpoint.get('optimizer')
     for _, scheduler, key in flat:
         state = optim.get(key) if key is not None and isinstance(
@@ -223,8 +202,6 @@ def _replay(runner, built, checkpoint: dict) -> None:
         live = scheduler.optimizer.param_groups
         if not isinstance(groups, list) or len(groups) != len(live):
             continue  # mmengine's own load will name the misfit
-        name = scheduler.param_name
+        fields = (scheduler.param_name, f'initial_{scheduler.param_name}')
         for group, now in zip(groups, live):
-            for field in (name, f'initial_{name}'):
-                if field in now:
-                    group[field] = now[field]
+            group.update({f: now[f] for f in fields if f in now})

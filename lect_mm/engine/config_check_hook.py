@@ -1,7 +1,7 @@
 """What is checked before the first iteration (:class:`ConfigCheckHook`):
 the loaders give batches, the data sets list the same classes, and the head
 fits the classes and the width of the backbone and neck."""
-from typing import Optional, Tuple
+from typing import Optional
 
 import numpy as np
 import torch
@@ -89,16 +89,19 @@ def explain_empty_epoch(error: AssertionError, runner) -> Optional[str]:
                         'schedulers, which convert epochs to iterations.)')
 
 
-def class_difference(a_name: str, a: list, b_name: str, b: list,
-                     show=names) -> Tuple[str, Optional[int]]:
-    """``only in <a_name>: ...; only in <b_name>: ...`` (``show`` lists the
-    names), or "the same names in another order"; and the first index where
-    class lists ``a`` and ``b`` differ (None: one begins the other)."""
+def class_difference(a_name: str, a: list, b_name: str, b: list, show,
+                     means) -> str:
+    """How class lists ``a`` and ``b`` differ (``only in <a_name>: ...``,
+    ``show`` listing the names) and what it does to a label: ``means(i)``
+    says what index ``i``, the first where they differ, stands for."""
     how = '; '.join(f'only in {where}: {show(only)}' for where, only in (
         (a_name, [c for c in a if c not in b]),
         (b_name, [c for c in b if c not in a])) if only)
     index = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
-    return how or 'the same names in another order', index
+    meaning = means(index) if index is not None else (
+        f'labels {min(len(a), len(b))} and up name a class in one list only')
+    return (f'{how or "the same names in another order"}. A label is an '
+            f'index into the class list, so {meaning}')
 
 
 def _class_mismatch(first: tuple, other: tuple) -> str:
@@ -114,14 +117,13 @@ def _class_mismatch(first: tuple, other: tuple) -> str:
         return names([f'{c!r} (no samples)' if c in empty else repr(c)
                       for c in only], fmt=str)
 
-    how, index = class_difference(name_a, a, name_b, b, show)
-    meaning = (f'label {index} means {a[index]!r} in {name_a} but '
-               f'{b[index]!r} in {name_b}' if index is not None else
-               f'labels {min(len(a), len(b))} and up exist in one only')
+    difference = class_difference(
+        name_a, a, name_b, b, show,
+        lambda i: f'label {i} means {a[i]!r} in {name_a} but {b[i]!r} in '
+        f'{name_b}')
     return (f'{name_a} ({type(data_a).__name__}, {len(a)} classes) and '
             f'{name_b} ({type(data_b).__name__}, {len(b)} classes) do not '
-            f'list the same classes in the same order: {how}. '
-            f'A label is an index into the class list, so {meaning}: the '
+            f'list the same classes in the same order: {difference}: the '
             'model would be scored against other classes than it learnt. '
             'Give every split the same classes in the same order (class '
             'folders: the same folder names in each split; an empty folder '
@@ -197,41 +199,36 @@ class ConfigCheckHook(Hook):
             return
         told = ' and '.join(f'{k}={v}' for k, v in settings)
         values = [v for _, v in settings]
-        if listed:
-            what, dataset, classes, labels = listed[0]
-            target = len(classes)
-            if all(v == target for v in values):
-                return
-            sizes = f'{type(dataset).__name__}: {target} classes' + (
-                f', labels up to {int(labels.max())}'
-                if labels is not None else '')
-            needed = int(labels.max()) + 1 if labels is not None else target
-            if min(values) < needed:
-                why = (f'the first loss would fail with "Target '
-                       f'{needed - 1} is out of bounds"')
-            elif len(set(values)) > 1:
-                why = ('their outputs, targets (Mixup/CutMix) and loss '
-                       'would have different widths')
-            elif values[0] < target:
-                why = (f'classes {names(classes[values[0]:])} could never '
-                       'be predicted')
-            else:
-                why = (f'outputs {target} to {values[0] - 1} would stand for '
-                       'no class')
-            raise ConfigMismatchError(
-                f'{told}, but {what} ({sizes}) needs {target} '
-                f'({names(classes)}): {why}. Set {_set(settings, target)}.')
-        # No class list: the labels bound the outputs from below.
         labelled = [d for d in datasets if d[3] is not None]
-        if labelled:
-            what, dataset, _, labels = max(labelled, key=lambda d: d[3].max())
-            needed = int(labels.max()) + 1
-            if min(values) < needed:
+        if listed or labelled:
+            # A class list fixes the number; labels alone bound it below.
+            what, dataset, classes, labels = listed[0] if listed else max(
+                labelled, key=lambda d: d[3].max())
+            needed = int(labels.max()) + 1 if labels is not None else len(
+                classes)
+            target = len(classes) if classes else needed
+            if any(v != target for v in values) if classes else min(
+                    values) < needed:
+                sizes = ([f'{target} classes'] if classes else []) + (
+                    [f'labels up to {needed - 1}'] if labels is not None
+                    else [])
+                if min(values) < needed:
+                    why = (f'the first loss would fail with "Target '
+                           f'{needed - 1} is out of bounds"')
+                elif len(set(values)) > 1:
+                    why = ('their outputs, targets (Mixup/CutMix) and loss '
+                           'would have different widths')
+                elif values[0] < target:
+                    why = (f'classes {names(classes[values[0]:])} could '
+                           'never be predicted')
+                else:
+                    why = (f'outputs {target} to {values[0] - 1} would stand '
+                           'for no class')
+                listing = f' ({names(classes)})' if classes else ''
                 raise ConfigMismatchError(
-                    f'{told}, but {what} ({type(dataset).__name__}: labels up'
-                    f' to {needed - 1}) needs {needed}: the first loss would '
-                    f'fail with "Target {needed - 1} is out of bounds". Set '
-                    f'{_set(settings, needed, below=True)}.')
+                    f'{told}, but {what} ({type(dataset).__name__}: '
+                    f'{", ".join(sizes)}) needs {target}{listing}: {why}. '
+                    f'Set {_set(settings, target, below=not classes)}.')
         if len(set(values)) > 1:
             raise ConfigMismatchError(
                 f'{told} differ: the outputs, the Mixup/CutMix targets and '

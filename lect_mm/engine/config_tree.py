@@ -1,9 +1,7 @@
-"""Config mistakes named by their config path, found in the config tree with
-the registries and the constructors' signatures: :func:`check_config` before
-anything is built, :func:`explain_config_errors` after a build failed (at any
-depth, including block configs a backbone merges itself, as LeCT's
-``attn_cfg``). Errors not traced back to the config pass through unchanged.
-"""
+"""Config mistakes named by their config path, from the registries and the
+constructors' signatures: :func:`check_config` before the build,
+:func:`explain_config_errors` after a failed one (at any depth, block configs
+a backbone merges itself included)."""
 import difflib
 import inspect
 import re
@@ -38,10 +36,8 @@ class ConfigError(KeyError, TypeError, ValueError):
 
 
 class ConfigMismatchError(ValueError):
-    """Config values that do not fit the data, the checkpoint or each other.
-
-    A ``ValueError``: mmengine re-wraps a ``TypeError`` raised in a hook.
-    """
+    """Config values that do not fit the data, the checkpoint or each other
+    (a ``ValueError``: mmengine re-wraps a ``TypeError`` raised in a hook)."""
 
 
 def walk(node, path: str = '') -> Iterator[Tuple[str, dict]]:
@@ -137,22 +133,6 @@ def _valid_arguments(cls) -> List[str]:
     ]
 
 
-def _numbers_only(cls, key: str) -> Optional[List[str]]:
-    """The type names of ``cls``'s argument ``key`` when its annotation
-    admits numbers (and ``None``) only, else None."""
-    try:
-        hint = typing.get_type_hints(
-            cls.__init__ if inspect.isclass(cls) else cls).get(key)
-    except Exception:  # an annotation that does not evaluate
-        return None
-    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    leaves = set(typing.get_args(hint) if union else (hint, ))
-    if leaves <= {type(None)} or not leaves <= {int, float, torch.Tensor,
-                                                type(None)}:
-        return None
-    return sorted('None' if t is type(None) else t.__name__ for t in leaves)
-
-
 # ------------------------------------------------------------ before a build
 def _unknown_type(cfg: dict, name: Optional[str] = None,
                   registry_name: Optional[str] = None,
@@ -161,10 +141,9 @@ def _unknown_type(cfg: dict, name: Optional[str] = None,
     with ``misspelt``, the first close to a registered name), named with
     its config paths."""
     wanted = registry_name.split('::')[-1] if registry_name else None
-    candidates = set()  # that registry's names and its parent's
-    for registry in _registries():
-        if wanted in (None, registry.name):
-            candidates |= set(registry.module_dict)
+    candidates = {n for registry in _registries()  # and its parent's
+                  if wanted in (None, registry.name)
+                  for n in registry.module_dict}
     paths = {}
     for path, node in walk(cfg):
         type_ = node.get('type')
@@ -184,15 +163,25 @@ def _unknown_type(cfg: dict, name: Optional[str] = None,
 
 
 def _string_argument(cfg: dict) -> Optional[str]:
-    """A string given to an argument annotated as a number (``lr='abc'``:
-    ``--cfg-options`` leaves what is not a number a string)."""
+    """A string given to an argument annotated as numbers (or ``None``) only
+    (``lr='abc'``: ``--cfg-options`` leaves what is not a number a string)."""
+    numbers = {int, float, torch.Tensor, type(None)}
     for path, node in walk(cfg):
         strings = [(k, v) for k, v in node.items()
                    if isinstance(v, str) and k != 'type']
         cls = find_class(node['type']) if strings and 'type' in node else None
-        for key, value in strings if cls is not None else ():
-            expected = _numbers_only(cls, key)
-            if expected:
+        try:
+            hints = typing.get_type_hints(
+                cls.__init__ if inspect.isclass(cls) else cls) if cls else {}
+        except Exception:  # an annotation that does not evaluate
+            hints = {}
+        for key, value in strings:
+            hint = hints.get(key)
+            union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+            leaves = set(typing.get_args(hint) if union else (hint, ))
+            if leaves - {type(None)} and leaves <= numbers:
+                expected = sorted('None' if t is type(None) else t.__name__
+                                  for t in leaves)
                 return (f'{join(path, key)}={value!r}: {_name(cls)} takes '
                         f'{" or ".join(expected)} for {key!r}, not a string.')
     return None
@@ -240,16 +229,15 @@ def _unexpected_argument(cfg: dict, cls_name: str,
                          key: str) -> Optional[str]:
     """``key``, which class ``cls_name`` does not take, named with the config
     paths of the dicts that give it: those whose ``type`` is that class (or
-    a subclass) and those without a ``type`` (block configs code merges)."""
-    paths, cls = [], None
-    for path, node in walk(cfg):
-        if key not in node:
-            continue
-        found = find_class(node['type']) if 'type' in node else None
-        if 'type' not in node or _is_named(found, cls_name):
-            paths.append(join(path, key))
-            cls = cls or found
-    cls = cls or find_class(cls_name)
+    a subclass) and those without a ``type`` (block configs code merges);
+    or, given by none, the code that passes it."""
+    nodes = list(walk(cfg))
+    typed = {p: find_class(n['type']) for p, n in nodes if 'type' in n}
+    where = [p for p, found in typed.items() if _is_named(found, cls_name)]
+    given = [p for p, n in nodes
+             if key in n and (p not in typed or p in where)]
+    cls = next((typed[p] for p in given if p in typed),
+               None) or find_class(cls_name)
     # The class the config chose (the message may name the base class
     # that defines __init__, e.g. _BatchNorm for BatchNorm2d).
     shown = cls.__name__ if inspect.isclass(cls) and _is_named(
@@ -259,20 +247,14 @@ def _unexpected_argument(cfg: dict, cls_name: str,
     hint = (f' Did you mean {close[0]!r}?' if close else '') + (
         f' Valid arguments of {shown}: {", ".join(params)}.'
         if params else '')
-    if paths:
-        also = f' Also given at {", ".join(paths[1:])}.' if paths[1:] else ''
-        return f"{paths[0]}: {shown} has no argument '{key}'.{hint}{also}"
-    # Not in the config: the code that builds the class passed it.
-    typed = [(path, node) for path, node in walk(cfg) if 'type' in node]
-    where = [path for path, node in typed
-             if _is_named(find_class(node['type']), cls_name)]
+    if given:
+        also = ', '.join(join(p, key) for p in given[1:])
+        return (f"{join(given[0], key)}: {shown} has no argument '{key}'."
+                f'{hint}{f" Also given at {also}." if also else ""}')
     if not where:
         return None
-    chain = [
-        _name(node['type']) for path, node in typed
-        if where[0] == path or where[0].startswith((f'{path}.', f'{path}['))
-        or not path
-    ]
+    chain = [_name(n['type']) for p, n in nodes if p in typed and (
+        not p or where[0] == p or where[0].startswith((f'{p}.', f'{p}[')))]
     return (f"{shown} has no argument '{key}', which the code that builds "
             f'it passes ({" > ".join(chain)}), not the config. The config '
             f'names {shown} at {", ".join(join(p, "type") for p in where)}; '
@@ -299,9 +281,8 @@ def explain_config_errors(cfg):
     try:
         yield
     except (KeyError, TypeError, AttributeError, ValueError) as error:
-        explanation = None
-        if not isinstance(error, (ConfigError, ConfigMismatchError)):
-            explanation = _explain(error, cfg)
+        explanation = None if isinstance(error, (
+            ConfigError, ConfigMismatchError)) else _explain(error, cfg)
         if explanation is None:
             raise
         raise ConfigError(explanation) from error

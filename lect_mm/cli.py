@@ -18,9 +18,7 @@ from mmengine.logging import MMLogger
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
-from lect_mm._warnings import silence_known_log_messages
-from lect_mm.engine.config_check_hook import (ConfigCheckHook,
-                                              explain_empty_epoch)
+from lect_mm.engine.config_check_hook import explain_empty_epoch
 from lect_mm.engine.config_tree import (MISSING, ConfigError,
                                         ConfigMismatchError, as_dict,
                                         check_config, explain_config_errors,
@@ -200,8 +198,9 @@ def runner_context(cfg: Config) -> Iterator[Runner]:
     ``Runner``) and hand it to the ``with`` body: ``cfg`` checked first
     (:func:`check_config`), building and body inside
     :func:`~lect_mm.engine.dist.distributed_context` and
-    :func:`explain_config_errors` (an epoch of no iterations named too),
-    and a :class:`ConfigCheckHook` registered."""
+    :func:`explain_config_errors` (an epoch of no iterations named too).
+    The runner's own hooks are its runtime's: ``LectRunner`` registers
+    lect_mm's checks, mmengine's ``Runner`` keeps mmengine's behaviour."""
     set_unique_experiment_name(cfg)
     check_config(cfg)
     with distributed_context(cfg), explain_config_errors(cfg):
@@ -209,9 +208,6 @@ def runner_context(cfg: Config) -> Iterator[Runner]:
             runner = Runner.from_cfg(cfg)
         else:
             runner = RUNNERS.build(cfg)
-        silence_known_log_messages(runner.logger)
-        if not any(isinstance(h, ConfigCheckHook) for h in runner.hooks):
-            runner.register_hook(ConfigCheckHook())
         try:
             yield runner
         except AssertionError as error:

@@ -132,18 +132,13 @@ def _class_mismatch(first: tuple, other: tuple) -> str:
 
 @HOOKS.register_module()
 class ConfigCheckHook(Hook):
-    """Check in ``before_run`` (loaders built, nothing trained) what would
-    fail in the first iteration or go wrong silently, raising
-    :class:`ConfigMismatchError` with the config keys and numbers: a loader
-    that gives no batch per epoch; train/val/test data sets whose class
-    lists differ (a label is an index into the list); labels beyond the
-    class list; a head, data preprocessor (Mixup/CutMix) or loss
-    ``num_classes`` that does not fit the classes, labels or each other; a
-    head ``in_channels`` other than the backbone and neck put out (one
-    sample through the model in eval mode, without gradients, the random
-    generators restored). A probe that cannot run is skipped with a
-    warning. ``LectRunner`` and the tools register it.
-    """
+    """Check in ``before_run`` what would fail in the first iteration or go
+    wrong silently, raising :class:`ConfigMismatchError` with the config keys
+    and numbers: a loader without a batch per epoch, data sets whose class
+    lists differ, labels beyond the class list, ``num_classes`` (head, data
+    preprocessor, loss) that do not fit the classes or each other, a head
+    ``in_channels`` other than the model puts out (one sample probed in eval
+    mode, the random generators restored; a probe that fails warns)."""
 
     priority = 'HIGHEST'  # before CompileModelHook compiles the modules
     # Larger data sets are checked by their classes only: reading every
@@ -199,36 +194,34 @@ class ConfigCheckHook(Hook):
             return
         told = ' and '.join(f'{k}={v}' for k, v in settings)
         values = [v for _, v in settings]
-        labelled = [d for d in datasets if d[3] is not None]
-        if listed or labelled:
-            # A class list fixes the number; labels alone bound it below.
-            what, dataset, classes, labels = listed[0] if listed else max(
-                labelled, key=lambda d: d[3].max())
-            needed = int(labels.max()) + 1 if labels is not None else len(
-                classes)
-            target = len(classes) if classes else needed
-            if any(v != target for v in values) if classes else min(
-                    values) < needed:
-                sizes = ([f'{target} classes'] if classes else []) + (
-                    [f'labels up to {needed - 1}'] if labels is not None
-                    else [])
-                if min(values) < needed:
-                    why = (f'the first loss would fail with "Target '
-                           f'{needed - 1} is out of bounds"')
-                elif len(set(values)) > 1:
-                    why = ('their outputs, targets (Mixup/CutMix) and loss '
-                           'would have different widths')
-                elif values[0] < target:
-                    why = (f'classes {names(classes[values[0]:])} could '
-                           'never be predicted')
-                else:
-                    why = (f'outputs {target} to {values[0] - 1} would stand '
-                           'for no class')
-                listing = f' ({names(classes)})' if classes else ''
-                raise ConfigMismatchError(
-                    f'{told}, but {what} ({type(dataset).__name__}: '
-                    f'{", ".join(sizes)}) needs {target}{listing}: {why}. '
-                    f'Set {_set(settings, target, below=not classes)}.')
+        # A class list fixes the number; labels alone bound it below.
+        what, dataset, classes, labels = listed[0] if listed else max(
+            [d for d in datasets if d[3] is not None],
+            key=lambda d: d[3].max(), default=(None, ) * 4)
+        needed = int(labels.max()) + 1 if labels is not None else len(
+            classes or ())
+        target = len(classes) if classes else needed
+        fix = what and _set(settings, target, below=not classes)
+        if fix:
+            if min(values) < needed:
+                why = (f'the first loss would fail with "Target '
+                       f'{needed - 1} is out of bounds"')
+            elif len(set(values)) > 1:
+                why = ('their outputs, targets (Mixup/CutMix) and loss '
+                       'would have different widths')
+            elif values[0] < target:
+                why = (f'classes {names(classes[values[0]:])} could never '
+                       'be predicted')
+            else:
+                why = (f'outputs {target} to {values[0] - 1} would stand for '
+                       'no class')
+            sizes = ([f'{target} classes'] if classes else []) + (
+                [f'labels up to {needed - 1}'] if labels is not None else [])
+            listing = f' ({names(classes)})' if classes else ''
+            raise ConfigMismatchError(
+                f'{told}, but {what} ({type(dataset).__name__}: '
+                f'{", ".join(sizes)}) needs {target}{listing}: {why}. '
+                f'Set {fix}.')
         if len(set(values)) > 1:
             raise ConfigMismatchError(
                 f'{told} differ: the outputs, the Mixup/CutMix targets and '

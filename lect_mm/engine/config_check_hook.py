@@ -23,9 +23,8 @@ def _labels(dataset) -> Optional[np.ndarray]:
         labels = np.asarray(dataset.get_gt_labels())
     except Exception:  # no get_gt_labels, or no labels
         return None
-    if labels.ndim == 1 and labels.size and labels.dtype.kind in 'iu':
-        return labels
-    return None
+    usable = labels.ndim == 1 and labels.size and labels.dtype.kind in 'iu'
+    return labels if usable else None
 
 
 def built_loaders(runner, splits=('train', 'val', 'test')) -> list:

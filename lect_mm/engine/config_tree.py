@@ -79,10 +79,8 @@ def _registries() -> List[Registry]:
     """mmpretrain's registries, then mmengine's (as ``FUNCTIONS``)."""
     import mmengine.registry
     import mmpretrain.registry
-    return [
-        obj for module in (mmpretrain.registry, mmengine.registry)
-        for obj in vars(module).values() if isinstance(obj, Registry)
-    ]
+    return [obj for module in (mmpretrain.registry, mmengine.registry)
+            for obj in vars(module).values() if isinstance(obj, Registry)]
 
 
 def find_class(name):
@@ -91,11 +89,9 @@ def find_class(name):
         return name
     for registry in _registries():
         registry.import_from_location()  # what registers on first use
-        if name in registry.module_dict:
-            return registry.module_dict[name]
-    for registry in _registries() if '.' in name else ():
-        try:  # a scope ('mmpretrain.ResNet') or a module path
-            found = registry.get(name)
+        try:  # with a scope ('mmpretrain.ResNet') or as a module path
+            found = registry.get(name) if '.' in name else (
+                registry.module_dict.get(name))
         except Exception:  # a malformed name: not registered
             found = None
         if found is not None:
@@ -127,10 +123,8 @@ def _valid_arguments(cls) -> List[str]:
         params = inspect.signature(cls).parameters.values()
     except (TypeError, ValueError):
         return []
-    return [
-        p.name for p in params
-        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    ]
+    return [p.name for p in params
+            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
 # ------------------------------------------------------------ before a build

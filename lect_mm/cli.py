@@ -1,17 +1,22 @@
 """What ``tools/train.py`` and ``tools/test.py`` share, the tools layer of
-docs/architecture.md: the config file (:func:`load_config`) and
-``--cfg-options`` (:func:`merge_cfg_options`) with their mistakes named, the
-launcher arguments, the work directory, the dataloader defaults, the process
-exit and the building of the runner (:func:`runner_context`)."""
+docs/architecture.md: the config file (:func:`load_config`),
+``--cfg-options`` (:func:`merge_cfg_options`) and the config's values
+(:func:`check_config`) with their mistakes named, the launcher arguments,
+the work directory, the dataloader defaults, the process exit and the
+building of the runner (:func:`runner_context`)."""
 import argparse
+import inspect
 import logging
 import os
 import os.path as osp
 import sys
 import time
+import types
+import typing
 from contextlib import contextmanager
 from typing import Iterable, Iterator, List, Optional
 
+import torch
 from mmengine.config import Config
 from mmengine.device import get_device
 from mmengine.logging import MMLogger
@@ -21,8 +26,9 @@ from mmengine.runner import Runner
 from lect_mm.engine.config_check_hook import explain_empty_epoch
 from lect_mm.engine.config_tree import (MISSING, ConfigError,
                                         ConfigMismatchError, as_dict,
-                                        check_config, explain_config_errors,
-                                        find_class, lookup, suggest)
+                                        explain_config_errors, find_class,
+                                        join, lookup, suggest, unknown_type,
+                                        walk)
 from lect_mm.engine.dist import LAUNCHERS, distributed_context
 from lect_mm.utils import init_arguments
 
@@ -33,6 +39,9 @@ READ_KEYS = ('runner_type', 'model_wrapper_cfg', 'find_unused_parameters',
              'sync_bn', 'custom_imports', 'lock_work_dir', 'log_dir_only',
              'stop_signals', 'resume_intact', 'resume_schedule',
              'load_from_strict', 'tta_model', 'tta_pipeline')
+# mmengine's default hooks, which default_hooks updates by name
+DEFAULT_HOOKS = ('runtime_info', 'timer', 'sampler_seed', 'logger',
+                 'param_scheduler', 'checkpoint')
 
 
 def _base_cycle(filename: str, chain: tuple = ()) -> Optional[List[str]]:
@@ -100,6 +109,68 @@ def merge_cfg_options(cfg: Config, options: Optional[dict]) -> None:
                 if node is MISSING:
                     break
         raise
+
+
+def _string_argument(cfg: dict) -> Optional[str]:
+    """A string given to an argument annotated as numbers (or ``None``) only
+    (``lr='abc'``: ``--cfg-options`` leaves what is not a number a string)."""
+    numbers = {int, float, torch.Tensor, type(None)}
+    for path, node in walk(cfg):
+        strings = [(k, v) for k, v in node.items()
+                   if isinstance(v, str) and k != 'type']
+        cls = find_class(node['type']) if strings and 'type' in node else None
+        try:
+            hints = typing.get_type_hints(
+                cls.__init__ if inspect.isclass(cls) else cls) if cls else {}
+        except Exception:  # an annotation that does not evaluate
+            hints = {}
+        for key, value in strings:
+            hint = hints.get(key)
+            union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+            leaves = set(typing.get_args(hint) if union else (hint, ))
+            if leaves - {type(None)} and leaves <= numbers:
+                expected = sorted('None' if t is type(None) else t.__name__
+                                  for t in leaves)
+                return (f'{join(path, key)}={value!r}: {cls.__name__} takes '
+                        f'{" or ".join(expected)} for {key!r}, not a string.')
+    return None
+
+
+def _untyped_hook(cfg: dict) -> Optional[str]:
+    hooks = cfg.get('default_hooks')
+    for name, hook in (hooks.items() if isinstance(hooks, dict) else ()):
+        if isinstance(hook, dict) and 'type' not in hook:
+            typed = {n for n, h in hooks.items()
+                     if isinstance(h, dict) and 'type' in h}
+            return (f'default_hooks.{name} = {hook} names no hook type: a '
+                    "default hook is one of mmengine's, updated by name "
+                    f'({", ".join(DEFAULT_HOOKS)}), or a new one with a '
+                    f'type.{suggest(name, typed | set(DEFAULT_HOOKS))}')
+    return None
+
+
+def _empty_training(cfg: dict) -> Optional[str]:
+    for key, unit in (('max_epochs', 'epochs'), ('max_iters', 'iterations')):
+        value = lookup(cfg, f'train_cfg.{key}')
+        if value is not MISSING and (isinstance(value, bool) or not (
+                isinstance(value, int) and value > 0)):
+            return (f'train_cfg.{key}={value!r}: the training loop needs a '
+                    f'positive whole number of {unit}; with {value!r} it '
+                    'would train nothing.')
+    return None
+
+
+def check_config(cfg) -> None:
+    """Raise :class:`ConfigError` for a misspelt ``type``, a string given to
+    an argument annotated as a number, a ``default_hooks`` entry without a
+    ``type``, or a ``train_cfg.max_epochs``/``max_iters`` that is not a
+    positive integer in ``cfg`` (Config or dict), before anything is built.
+    """
+    cfg = as_dict(cfg)
+    problem = (unknown_type(cfg, misspelt=True) or _untyped_hook(cfg)
+               or _empty_training(cfg) or _string_argument(cfg))
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def parse_launcher_args(parser: argparse.ArgumentParser,

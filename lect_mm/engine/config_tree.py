@@ -1,16 +1,13 @@
 """Config mistakes named by their config path, from the registries and the
-constructors' signatures: :func:`check_config` before the build,
-:func:`explain_config_errors` after a failed one (at any depth, block configs
-a backbone merges itself included)."""
+constructors' signatures: :func:`explain_config_errors` after a failed build
+(at any depth, block configs a backbone merges itself included), and the
+config tree's helpers that ``lect_mm.cli.check_config`` uses before it."""
 import difflib
 import inspect
 import re
-import types
-import typing
 from contextlib import contextmanager
 from typing import Iterator, List, Optional, Tuple
 
-import torch
 from mmengine.registry import Registry
 
 from lect_mm.utils import init_arguments
@@ -20,9 +17,6 @@ _UNKNOWN_TYPE = re.compile(
 _UNEXPECTED_ARG = re.compile(
     r"(?P<cls>\w+)(?:\.__init__)?\(\) got an unexpected keyword argument "
     r"'(?P<key>\w+)'")
-# mmengine's default hooks, which default_hooks updates by name
-DEFAULT_HOOKS = ('runtime_info', 'timer', 'sampler_seed', 'logger',
-                 'param_scheduler', 'checkpoint')
 MISSING = object()
 
 
@@ -127,10 +121,9 @@ def _valid_arguments(cls) -> List[str]:
             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
-# ------------------------------------------------------------ before a build
-def _unknown_type(cfg: dict, name: Optional[str] = None,
-                  registry_name: Optional[str] = None,
-                  misspelt: bool = False) -> Optional[str]:
+def unknown_type(cfg: dict, name: Optional[str] = None,
+                 registry_name: Optional[str] = None,
+                 misspelt: bool = False) -> Optional[str]:
     """A ``type`` no registry knows (``name``, or the first in the tree;
     with ``misspelt``, the first close to a registered name), named with
     its config paths."""
@@ -154,68 +147,6 @@ def _unknown_type(cfg: dict, name: Optional[str] = None,
             f'{suggest(name, candidates)} If it is your own class, check '
             'that the module that registers it is imported (config key '
             "'custom_imports').")
-
-
-def _string_argument(cfg: dict) -> Optional[str]:
-    """A string given to an argument annotated as numbers (or ``None``) only
-    (``lr='abc'``: ``--cfg-options`` leaves what is not a number a string)."""
-    numbers = {int, float, torch.Tensor, type(None)}
-    for path, node in walk(cfg):
-        strings = [(k, v) for k, v in node.items()
-                   if isinstance(v, str) and k != 'type']
-        cls = find_class(node['type']) if strings and 'type' in node else None
-        try:
-            hints = typing.get_type_hints(
-                cls.__init__ if inspect.isclass(cls) else cls) if cls else {}
-        except Exception:  # an annotation that does not evaluate
-            hints = {}
-        for key, value in strings:
-            hint = hints.get(key)
-            union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-            leaves = set(typing.get_args(hint) if union else (hint, ))
-            if leaves - {type(None)} and leaves <= numbers:
-                expected = sorted('None' if t is type(None) else t.__name__
-                                  for t in leaves)
-                return (f'{join(path, key)}={value!r}: {_name(cls)} takes '
-                        f'{" or ".join(expected)} for {key!r}, not a string.')
-    return None
-
-
-def _untyped_hook(cfg: dict) -> Optional[str]:
-    hooks = cfg.get('default_hooks')
-    for name, hook in (hooks.items() if isinstance(hooks, dict) else ()):
-        if isinstance(hook, dict) and 'type' not in hook:
-            typed = {n for n, h in hooks.items()
-                     if isinstance(h, dict) and 'type' in h}
-            return (f'default_hooks.{name} = {hook} names no hook type: a '
-                    "default hook is one of mmengine's, updated by name "
-                    f'({", ".join(DEFAULT_HOOKS)}), or a new one with a '
-                    f'type.{suggest(name, typed | set(DEFAULT_HOOKS))}')
-    return None
-
-
-def _empty_training(cfg: dict) -> Optional[str]:
-    for key, unit in (('max_epochs', 'epochs'), ('max_iters', 'iterations')):
-        value = lookup(cfg, f'train_cfg.{key}')
-        if value is not MISSING and (isinstance(value, bool) or not (
-                isinstance(value, int) and value > 0)):
-            return (f'train_cfg.{key}={value!r}: the training loop needs a '
-                    f'positive whole number of {unit}; with {value!r} it '
-                    'would train nothing.')
-    return None
-
-
-def check_config(cfg) -> None:
-    """Raise :class:`ConfigError` for a misspelt ``type``, a string given to
-    an argument annotated as a number, a ``default_hooks`` entry without a
-    ``type``, or a ``train_cfg.max_epochs``/``max_iters`` that is not a
-    positive integer in ``cfg`` (Config or dict), before anything is built.
-    """
-    cfg = as_dict(cfg)
-    problem = (_unknown_type(cfg, misspelt=True) or _untyped_hook(cfg)
-               or _empty_training(cfg) or _string_argument(cfg))
-    if problem is not None:
-        raise ConfigError(problem)
 
 
 # ------------------------------------------------------------ after a build
@@ -263,9 +194,9 @@ def _explain(error: Exception, cfg) -> Optional[str]:
         return _unexpected_argument(cfg, match['cls'], match['key'])
     match = _UNKNOWN_TYPE.search(text)
     if isinstance(error, KeyError) and match is not None:
-        return _unknown_type(cfg, match['name'], match['registry'])
+        return unknown_type(cfg, match['name'], match['registry'])
     # a constructor that looked the type up itself and failed on None
-    return _unknown_type(cfg) if 'None' in text else None
+    return unknown_type(cfg) if 'None' in text else None
 
 
 @contextmanager

@@ -83,24 +83,15 @@ def load_state_dict_collecting(module, state_dict
     return missing, unexpected, errors
 
 
-def _first(items: List[str]) -> str:
-    return ', '.join(items[:3]) + (', ...' if len(items) > 3 else '')
-
-
 def describe_mismatch(missing, unexpected, errors) -> str:
     """One line: how many keys of each kind, and the first three."""
-    parts = []
-    if missing:
-        parts.append(f'{len(missing)} missing key(s) in the checkpoint '
-                     f'({_first(missing)})')
-    if unexpected:
-        parts.append(f'{len(unexpected)} unexpected key(s) '
-                     f'({_first(unexpected)})')
-    if errors:
-        shown = [_SIZE_MISMATCH.sub(_SHAPES, e).strip() for e in errors]
-        parts.append(f'{len(errors)} size mismatch(es) or other error(s) '
-                     f'({_first(shown)})')
-    return '; '.join(parts)
+    shapes = [_SIZE_MISMATCH.sub(_SHAPES, e).strip() for e in errors]
+    kinds = [('missing key(s) in the checkpoint', missing),
+             ('unexpected key(s)', unexpected),
+             ('size mismatch(es) or other error(s)', shapes)]
+    return '; '.join(
+        f'{len(keys)} {kind} ({", ".join(keys[:3])}'
+        f'{", ..." if len(keys) > 3 else ""})' for kind, keys in kinds if keys)
 
 
 def load_state_dict_checked(module, state_dict, source: str, strict: bool,

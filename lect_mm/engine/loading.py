@@ -45,8 +45,8 @@ def unwrap_model(model):
 
 
 def scope_pretrained_init(model) -> None:
-    """Give every ``init_cfg=dict(type='Pretrained')`` in ``model`` without a
-    scope ``_scope_='lect_mm'``: :class:`StrictPretrainedInit`."""
+    """Scope every ``init_cfg=dict(type='Pretrained')`` of ``model`` without
+    a ``_scope_`` to ``lect_mm``, where it is :class:`StrictPretrainedInit`."""
     for module in unwrap_model(model).modules():
         init_cfg = getattr(module, 'init_cfg', None)
         for cfg in init_cfg if isinstance(init_cfg, list) else [init_cfg]:
@@ -56,9 +56,9 @@ def scope_pretrained_init(model) -> None:
 
 def load_state_dict_collecting(module, state_dict
                                ) -> Tuple[List[str], List[str], List[str]]:
-    """mmengine's ``load_state_dict`` (non-strict; torch's walk, wrappers
-    unwrapped, load hooks run), returning ``(missing keys, unexpected keys,
-    error messages)`` instead of printing them."""
+    """mmengine's ``load_state_dict`` (non-strict: wrappers unwrapped, load
+    hooks run), returning ``(missing keys, unexpected keys, error
+    messages)`` instead of printing them."""
     missing, unexpected, errors = [], [], []
     metadata = getattr(state_dict, '_metadata', None)
 

@@ -9,10 +9,9 @@ import sys
 from contextlib import suppress
 from typing import Optional
 
-#: No space left on device, quota exceeded.
+#: No space left on device, quota exceeded (where the OS has EDQUOT).
 DISK_FULL_ERRNOS = frozenset(
-    code for code in (errno.ENOSPC, getattr(errno, 'EDQUOT', None))
-    if code is not None)
+    (errno.ENOSPC, getattr(errno, 'EDQUOT', errno.ENOSPC)))
 
 
 def is_disk_full(error: BaseException) -> bool:

@@ -119,11 +119,9 @@ class SafeCheckpointHook(CheckpointHook):
                 f'{"; ".join(notes)}.')
 
     def _best_paths(self) -> set:
-        paths = {getattr(self, 'best_ckpt_path', None)}
-        paths.update((getattr(self, 'best_ckpt_path_dict', None)
-                      or {}).values())
-        paths.discard(None)
-        return paths
+        by_metric = getattr(self, 'best_ckpt_path_dict', None) or {}
+        return {getattr(self, 'best_ckpt_path', None),
+                *by_metric.values()} - {None}
 
     def _remove_outdated(self, runner, paths, written) -> None:
         """Remove ``paths`` of this folder, but those kept (best,
@@ -136,16 +134,15 @@ class SafeCheckpointHook(CheckpointHook):
         paths = [p for p in paths if p is not None and p not in kept]
         if not paths or not is_main_process():
             return
-        for path in filter(_is_local, written):
-            try:
+        try:
+            for path in filter(_is_local, written):
                 verify_checkpoint_file(path)
-            except CheckpointError as error:
-                runner.logger.error(
-                    f'Kept {", ".join(map(str, paths))}: the new checkpoint '
-                    f'does not read back intact ({error})')
-                return
+        except CheckpointError as error:
+            runner.logger.error(
+                f'Kept {", ".join(map(str, paths))}: the new checkpoint '
+                f'does not read back intact ({error})')
+            return
         backend = self.file_backend
-        backend = getattr(backend, 'backend', backend)
         for path in paths:
             if not is_inside(path, self.out_dir):
                 runner.logger.warning(

@@ -1,10 +1,9 @@
 """Checkpoint files written atomically with a SHA-256 digest record, verified
 on load, and the latest intact checkpoint of a work dir (by training
-progress, never by a file name's number). See docs/architecture.md.
-
-The digest, ``<archive>/lect_mm_sha256``, covers every other record of the
-torch zip archive; ``torch.load`` reads only the records its pickle names,
-so the file still loads with ``torch.load(weights_only=True)``.
+progress, never by a file name's number). The digest,
+``<archive>/lect_mm_sha256``, covers every other record of the torch zip
+archive; ``torch.load`` reads only the records its pickle names, so the file
+still loads with ``torch.load(weights_only=True)`` (docs/architecture.md).
 """
 import hashlib
 import io
@@ -51,9 +50,8 @@ def _write_synced(file, data: bytes) -> None:
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` (its folder created) so that the name
-    never holds part of it; a full disk raises :class:`DiskFullError` with
-    ``path`` left as it was."""
+    """Write ``data`` to ``path`` (its folder created) so that the name never
+    holds part of it; a full disk raises :class:`DiskFullError`."""
     path = os.fspath(path)
     directory, name = osp.split(osp.abspath(path))
     os.makedirs(directory, exist_ok=True)
@@ -142,14 +140,11 @@ def add_digest(data: bytes) -> bytes:
 
 @register_backend(ATOMIC_BACKEND)
 class AtomicLocalBackend(LocalBackend):
-    """mmengine's local file backend, but every ``put`` is atomic and a torch
-    checkpoint gets its digest."""
+    """mmengine's local file backend whose ``put`` (how mmengine saves a
+    checkpoint) is atomic and adds the digest."""
 
     def put(self, obj: bytes, filepath) -> None:
         atomic_write(filepath, add_digest(obj))
-
-    def put_text(self, obj: str, filepath, encoding: str = 'utf-8') -> None:
-        atomic_write(filepath, obj.encode(encoding))
 
 
 # ----------------------------------------------------------------- reading
@@ -195,12 +190,6 @@ def verify_checkpoint_file(path: str) -> Optional[str]:
     return None if expected is None else digest
 
 
-def _weights_only() -> bool:
-    """True, unless torch's own opt-out for trusted files is set."""
-    flag = os.getenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '')
-    return flag.lower() not in ('1', 'y', 'yes', 'true')
-
-
 def file_identity(path: str) -> tuple:
     """What changes when a file is replaced or written to."""
     st = os.stat(path)
@@ -210,8 +199,9 @@ def file_identity(path: str) -> tuple:
 def load_checkpoint_file(filename: str, map_location=None,
                          verified: Optional[dict] = None):
     """:func:`verify_checkpoint_file` (unless ``verified``, from
-    :func:`latest_checkpoint`, has the file unchanged), then
-    ``torch.load(weights_only=True)`` and ``from_plain``."""
+    :func:`latest_checkpoint`, has the file unchanged), then ``torch.load``
+    (``weights_only``: torch's default; its opt-out for trusted files is
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``) and ``from_plain``."""
     filename = osp.expanduser(os.fspath(filename))
     known = (verified or {}).get(filename)
     if known and osp.isfile(filename) and file_identity(filename) == known[0]:
@@ -219,8 +209,7 @@ def load_checkpoint_file(filename: str, map_location=None,
     else:
         digest = verify_checkpoint_file(filename)
     try:
-        checkpoint = torch.load(
-            filename, map_location=map_location, weights_only=_weights_only())
+        checkpoint = torch.load(filename, map_location=map_location)
     except pickle.UnpicklingError as error:
         # weights_only refused a class (or a damaged pickle): keep the type.
         hint = (" mmengine's own CheckpointHook pickles objects that torch "
@@ -246,14 +235,13 @@ def load_checkpoint_verified(filename: str, map_location=None,
                              verified: Optional[dict] = None):
     """Load a checkpoint from any path: a local file with
     :func:`load_checkpoint_file`; an ``http(s)://`` URL into torch's hub
-    cache, also with ``weights_only`` (mmengine's HTTP loader unpickles
-    anything); other prefixes (``s3://``...) with mmengine's loader."""
+    cache, with torch.load's default ``weights_only`` too (mmengine's HTTP
+    loader unpickles anything); other prefixes (``s3://``...) with
+    mmengine's loader."""
     filename = os.fspath(filename)
     if filename.startswith(('http://', 'https://')):
-        return from_plain(
-            torch.hub.load_state_dict_from_url(
-                filename, map_location=map_location,
-                weights_only=_weights_only()))
+        return from_plain(torch.hub.load_state_dict_from_url(
+            filename, map_location=map_location, weights_only=None))
     if '://' in filename:
         return _load_checkpoint(filename, map_location=map_location)
     return load_checkpoint_file(filename, map_location, verified)
@@ -267,8 +255,7 @@ def resumable_checkpoints(checkpoint_dir: str) -> List[str]:
 
     def progress(path):  # from the file's meta; mmap: tensors are not read
         try:
-            meta = torch.load(path, map_location='cpu', mmap=True,
-                              weights_only=_weights_only())['meta']
+            meta = torch.load(path, map_location='cpu', mmap=True)['meta']
             return True, int(meta['iter']), int(meta['epoch'])
         except Exception:
             return False, 0, 0
@@ -297,19 +284,17 @@ def read_last_checkpoint(work_dir: str,
         recorded = file.read().strip()
     if not recorded:
         raise CheckpointError(f'The file {pointer} is empty.')
-    path = recorded if is_inside(recorded, work_dir) else \
-        own_file(recorded, checkpoint_dir)
-    if path == recorded:
+    if is_inside(recorded, work_dir) or is_inside(recorded, checkpoint_dir):
         return recorded
-    where = f'outside this work dir, {work_dir}' + (
-        '' if checkpoint_dir == work_dir else
-        f', and its checkpoint folder, {checkpoint_dir}')
+    path = own_file(recorded, checkpoint_dir)
+    folder = '' if checkpoint_dir == work_dir else \
+        f', and its checkpoint folder, {checkpoint_dir}'
     taken = f'taking {path}, the file of that name in this work dir' if \
         path else (f'this work dir has no {osp.basename(recorded)} (to '
                    f'resume from it, pass --resume {recorded})')
-    print_log(f'{pointer} names {recorded}, {where} (a copied or moved work '
-              f'dir?): not followed; {taken}.', logger=logger,
-              level=logging.WARNING)
+    print_log(f'{pointer} names {recorded}, outside this work dir, '
+              f'{work_dir}{folder} (a copied or moved work dir?): not '
+              f'followed; {taken}.', logger=logger, level=logging.WARNING)
     return path
 
 
@@ -332,19 +317,19 @@ def latest_checkpoint(work_dir: str,
         return path
 
     checkpoint_dir = checkpoint_dir or work_dir
-    problem = candidates = None
+    candidates = []
     try:
         latest = read_last_checkpoint(work_dir, checkpoint_dir, logger)
     except CheckpointError as error:
         latest, problem = None, str(error)
-    if latest is not None and '://' in latest:
-        return latest  # a remote out_dir: its loader checks the file
-    if latest is None and problem is None:
-        candidates = resumable_checkpoints(checkpoint_dir)
-        if not candidates:
-            return None
-        latest = candidates[0]
-    if latest is not None:
+    else:
+        if latest is not None and '://' in latest:
+            return latest  # a remote out_dir: its loader checks the file
+        if latest is None:
+            candidates = resumable_checkpoints(checkpoint_dir)
+            if not candidates:
+                return None
+            latest = candidates[0]
         try:
             return intact(latest)
         except CheckpointError as error:

@@ -1,9 +1,7 @@
-"""Strict weight loading: a checkpoint that does not fit the model stops.
-
-mmengine loads weights non-strictly (a warning and a partly random model);
-these loaders raise :class:`CheckpointMismatchError` naming the file, the
-first keys that do not fit and the opt-out of that path. mmengine's and
-mmpretrain's own loaders are unchanged (docs/pitfalls.md).
+"""Strict weight loading: where mmengine warns and goes on with a partly
+random model, these loaders raise :class:`CheckpointMismatchError` naming the
+file, the first keys that do not fit and the opt-out of that path
+(mmengine's and mmpretrain's own loaders are unchanged: docs/pitfalls.md).
 """
 import logging
 import re
@@ -47,9 +45,8 @@ def unwrap_model(model):
 
 
 def scope_pretrained_init(model) -> None:
-    """Give every ``init_cfg=dict(type='Pretrained')`` in ``model``
-    ``_scope_='lect_mm'`` (unless it has one), where that name is
-    :class:`StrictPretrainedInit`."""
+    """Scope every ``init_cfg=dict(type='Pretrained')`` of ``model`` without
+    a ``_scope_`` to ``lect_mm``, where it is :class:`StrictPretrainedInit`."""
     for module in unwrap_model(model).modules():
         init_cfg = getattr(module, 'init_cfg', None)
         for cfg in init_cfg if isinstance(init_cfg, list) else [init_cfg]:
@@ -59,13 +56,11 @@ def scope_pretrained_init(model) -> None:
 
 def load_state_dict_collecting(module, state_dict
                                ) -> Tuple[List[str], List[str], List[str]]:
-    """mmengine's ``load_state_dict`` (non-strict), returning ``(missing
-    keys, unexpected keys, error messages)`` instead of printing them."""
+    """mmengine's ``load_state_dict`` (non-strict: wrappers unwrapped, load
+    hooks run), returning ``(missing keys, unexpected keys, error
+    messages)`` instead of printing them."""
     missing, unexpected, errors = [], [], []
     metadata = getattr(state_dict, '_metadata', None)
-    state_dict = OrderedDict(state_dict)
-    if metadata is not None:
-        state_dict._metadata = metadata
 
     def load(module, local_state_dict, prefix=''):
         if is_model_wrapper(module) or isinstance(module, BaseTTAModel):
@@ -83,29 +78,20 @@ def load_state_dict_collecting(module, state_dict
         for hook in module._load_state_dict_post_hooks.values():
             hook(module, incompatible)
 
-    load(module, state_dict)
+    load(module, OrderedDict(state_dict))
     missing = [key for key in missing if 'num_batches_tracked' not in key]
     return missing, unexpected, errors
 
 
-def _first(items: List[str]) -> str:
-    return ', '.join(items[:3]) + (', ...' if len(items) > 3 else '')
-
-
 def describe_mismatch(missing, unexpected, errors) -> str:
     """One line: how many keys of each kind, and the first three."""
-    parts = []
-    if missing:
-        parts.append(f'{len(missing)} missing key(s) in the checkpoint '
-                     f'({_first(missing)})')
-    if unexpected:
-        parts.append(f'{len(unexpected)} unexpected key(s) '
-                     f'({_first(unexpected)})')
-    if errors:
-        shown = [_SIZE_MISMATCH.sub(_SHAPES, e).strip() for e in errors]
-        parts.append(f'{len(errors)} size mismatch(es) or other error(s) '
-                     f'({_first(shown)})')
-    return '; '.join(parts)
+    shapes = [_SIZE_MISMATCH.sub(_SHAPES, e).strip() for e in errors]
+    kinds = [('missing key(s) in the checkpoint', missing),
+             ('unexpected key(s)', unexpected),
+             ('size mismatch(es) or other error(s)', shapes)]
+    return '; '.join(
+        f'{len(keys)} {kind} ({", ".join(keys[:3])}'
+        f'{", ..." if len(keys) > 3 else ""})' for kind, keys in kinds if keys)
 
 
 def load_state_dict_checked(module, state_dict, source: str, strict: bool,

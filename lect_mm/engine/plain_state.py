@@ -1,9 +1,7 @@
 """mmengine's runtime state as plain data, so that checkpoints load with
-``torch.load(path, weights_only=True)`` without lect_mm: message hub
-``HistoryBuffer``s and numeric numpy values become tagged dicts of Python
-numbers (bit-exact) on save, and are turned back on load. Nothing is added
-to torch's safe globals.
-"""
+``torch.load(weights_only=True)`` without lect_mm and without adding to
+torch's safe globals: ``HistoryBuffer``s and numeric numpy values become
+tagged dicts of Python numbers (bit-exact), turned back on load."""
 from collections import OrderedDict
 
 import numpy as np

@@ -1,8 +1,7 @@
-"""One run per work dir (:class:`WorkDirLock`, an ``fcntl.flock`` that the
-OS drops when the process dies, ``kill -9`` included), and which recorded
-paths lie in a run's own folders (:func:`is_inside`, :func:`own_file`: a
-copied work dir records the original's paths). Imports nothing heavy: a
-bare process can take the lock (tests do).
+"""One run per work dir (:class:`WorkDirLock`: an ``fcntl.flock``, dropped by
+the OS when the process dies, ``kill -9`` included), and which recorded paths
+lie in a run's own folders (a copied work dir records the original's paths).
+Imports nothing heavy: a bare process can take the lock (tests do).
 """
 import os
 import os.path as osp
@@ -25,8 +24,8 @@ _FORK_HOOK = []
 
 
 def _drop_inherited_locks() -> None:
-    """In a forked child, point the inherited lock descriptors at /dev/null
-    (closing the child's share without unlocking the parent)."""
+    """In a forked child, point the inherited lock descriptors at /dev/null:
+    the child lets go of its share without unlocking the parent."""
     if _HELD_FDS:
         null = os.open(os.devnull, os.O_RDWR)
         for fd in _HELD_FDS:
@@ -51,9 +50,8 @@ def is_inside(path: str, directory: str) -> bool:
 
 
 def own_file(path: str, directory: str) -> Optional[str]:
-    """``path`` if it lies in ``directory``; else the file of the same name
-    in ``directory`` if there is one (a copied or moved work dir); else
-    None."""
+    """``path`` if it lies in ``directory``, else the file of that name in
+    ``directory`` if there is one (a copied or moved work dir), else None."""
     if is_inside(path, directory):
         return path
     if '://' in os.fspath(directory):

@@ -1,8 +1,7 @@
-"""A full disk stops a run at its first failed write, with one error that
-names the file (logging would print an error for every line and go on):
-``LectRunner`` logs through :class:`GuardedFileHandler`, checkpoints are
-written by ``checkpoint_io.atomic_write``; both raise :class:`DiskFullError`.
-"""
+"""A full disk stops a run at its first failed write with one error naming
+the file (logging would print an error for every line and go on): the log
+through :class:`GuardedFileHandler`, checkpoints through
+``checkpoint_io.atomic_write``; both raise :class:`DiskFullError`."""
 import errno
 import logging
 import os
@@ -10,10 +9,9 @@ import sys
 from contextlib import suppress
 from typing import Optional
 
-#: No space left on device, quota exceeded.
+#: No space left on device, quota exceeded (where the OS has EDQUOT).
 DISK_FULL_ERRNOS = frozenset(
-    code for code in (errno.ENOSPC, getattr(errno, 'EDQUOT', None))
-    if code is not None)
+    (errno.ENOSPC, getattr(errno, 'EDQUOT', errno.ENOSPC)))
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -22,8 +20,8 @@ def is_disk_full(error: BaseException) -> bool:
 
 
 class DiskFullError(OSError):
-    """A write failed because the disk (or quota) is full: an ``OSError``
-    with the failed write's ``errno`` and the path as ``filename``."""
+    """A write failed on a full disk (or quota): an ``OSError`` with the
+    failed write's ``errno`` and the path as ``filename``."""
 
     def __init__(self, path: Optional[str], cause: Optional[OSError] = None,
                  what: str = '') -> None:
@@ -39,8 +37,8 @@ class DiskFullError(OSError):
 
 class GuardedFileHandler(logging.FileHandler):
     """``logging.FileHandler`` whose first failed write raises (a full disk:
-    :class:`DiskFullError`) to the code that logged, once: it then drops its
-    records (the console still shows them). The error stays in ``error``."""
+    :class:`DiskFullError`) to the code that logged, once, and is kept in
+    ``error``; later records are dropped (the console still shows them)."""
 
     error: Optional[OSError] = None
 

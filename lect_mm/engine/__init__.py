@@ -13,9 +13,9 @@ from .divergence import DivergenceError, NonFiniteLossHook
 from .hooks import CompileModelHook, RNGStateHook
 from .loading import (CheckpointMismatchError, StrictPretrainedInit,
                       load_checkpoint)
-from .loops import LectEpochBasedTrainLoop
 from .optim_wrapper import DeviceAmpOptimWrapper
-from .preemption import PREEMPTED_EXIT_CODE, PreemptionHook, TrainingPreempted
+from .preemption import (PREEMPTED_EXIT_CODE, LectEpochBasedTrainLoop,
+                         PreemptionHook, TrainingPreempted)
 from .runner import LectRunner, find_resume_checkpoint
 from .workdir import WorkDirInUseError
 from .write_errors import DiskFullError

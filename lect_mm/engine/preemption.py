@@ -1,21 +1,24 @@
 """Stopping a training cleanly on a scheduler's signal (``SIGTERM``, or
 ``SIGUSR1`` from ``sbatch --signal=USR1@120``) with a resumable checkpoint,
-and resuming it inside the epoch (docs/cluster.md). The handlers are
-installed only while ``train()`` runs; importing lect_mm installs none."""
+and resuming it inside the epoch (docs/cluster.md): ``PreemptionHook`` and
+the loop it needs. The handlers are installed only while ``train()`` runs;
+importing lect_mm installs none."""
 import signal
 import threading
+from itertools import islice
 from typing import Optional
 
 import torch
 from mmengine.dist import all_reduce, barrier, gather_object
 from mmengine.hooks import Hook
-from mmpretrain.registry import HOOKS
-from torch.utils.data import DataLoader
+from mmengine.logging import print_log
+from mmengine.runner import EpochBasedTrainLoop
+from mmpretrain.registry import HOOKS, LOOPS
+from torch.utils.data import BatchSampler, DataLoader
 
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import CheckpointError
 from .loading import unwrap_model
-from .loops import LectEpochBasedTrainLoop
 
 #: Exit status of a training stopped by a signal after writing its
 #: checkpoint (``EX_TEMPFAIL``: try again later, with ``--resume``).
@@ -45,10 +48,8 @@ class StopSignals:
     them: the stop itself happens between two iterations."""
 
     def __init__(self, signals=DEFAULT_STOP_SIGNALS) -> None:
-        if isinstance(signals, int):
-            signals = [signals]
-        elif isinstance(signals, str):
-            signals = signals.split(',')
+        if isinstance(signals, (int, str)):
+            signals = str(signals).split(',')
         self.signals = []
         for item in signals or ():
             item = item.strip() if isinstance(item, str) else str(int(item))
@@ -105,6 +106,42 @@ class IgnoreStopSignals:
                 signal.signal(sig, signal.SIG_IGN)
         if self.init_fn is not None:
             self.init_fn(worker_id)
+
+
+@LOOPS.register_module()
+class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
+    """mmengine's ``EpochBasedTrainLoop`` that begins its next epoch after
+    the first ``start_at`` iterations (set by :class:`PreemptionHook` on
+    resume): a :class:`~lect_mm.datasets.SeededSampler` skips their samples
+    without loading them (another sampler's batches are loaded and dropped).
+    ``LectRunner`` builds it for ``train_cfg = dict(by_epoch=True, ...)``.
+    """
+
+    start_at = 0
+
+    def run_epoch(self) -> None:
+        start, self.start_at = self.start_at, 0
+        self.runner.call_hook('before_train_epoch')
+        self.runner.model.train()
+        batches = self.dataloader
+        if start:
+            batch_sampler = getattr(batches, 'batch_sampler', None)
+            sampler = getattr(batch_sampler, 'sampler', None)
+            if start >= len(batches):
+                batches = ()  # an iterator would draw from torch's RNG
+            elif isinstance(batch_sampler, BatchSampler) and hasattr(
+                    sampler, 'skip'):
+                sampler.skip(start * batch_sampler.batch_size)
+            else:
+                print_log(
+                    f'{type(sampler).__name__} cannot skip samples: the '
+                    f'first {start} batches of this epoch are loaded and '
+                    'dropped.', logger='current')
+                batches = islice(batches, start, None)
+        for idx, data_batch in enumerate(batches, start):
+            self.run_iter(idx, data_batch)
+        self.runner.call_hook('after_train_epoch')
+        self._epoch += 1
 
 
 def _processes(n: int) -> str:
@@ -260,7 +297,7 @@ class PreemptionHook(Hook):
                 f'{type(runner.train_loop).__name__}, cannot resume inside '
                 'an epoch (LectEpochBasedTrainLoop can: train_cfg = dict('
                 'by_epoch=True, ...)).')
-        runner.train_loop.start_epoch_at(inner_iter)
+        runner.train_loop.start_at = inner_iter
         self._resumed_epoch = True
         if rank_buffers is not None and \
                 len(rank_buffers) == runner.world_size:

@@ -19,8 +19,8 @@ from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
 from .config_check_hook import ConfigCheckHook
 from .loading import (RUNNER_OPT_OUT, load_state_dict_checked,
                       scope_pretrained_init, state_dict_of, unwrap_model)
-from .loops import LectEpochBasedTrainLoop
-from .preemption import DEFAULT_STOP_SIGNALS, PreemptionHook
+from .preemption import (DEFAULT_STOP_SIGNALS, LectEpochBasedTrainLoop,
+                         PreemptionHook)
 from .workdir import WorkDirInUseError, WorkDirLock
 from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
 

@@ -4,8 +4,9 @@ that its runtime config (``configs/_base_/default_runtime.py``) selects.
 modules (``lect_mm.engine.checkpoint_io``, ``.dist``, ``.hooks`` ...)."""
 from .checkpoint_checks import CheckpointCheckHook
 from .checkpoint_hook import SafeCheckpointHook
-from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
-                            verify_checkpoint_file)
+from .checkpoint_io import CheckpointError, CheckpointNotFoundError
+from .checkpoint_io import latest_checkpoint as find_resume_checkpoint
+from .checkpoint_io import verify_checkpoint_file
 from .config_check_hook import ConfigCheckHook
 from .config_tree import (ConfigError, ConfigMismatchError,
                           explain_config_errors)
@@ -16,7 +17,7 @@ from .loading import (CheckpointMismatchError, StrictPretrainedInit,
 from .optim_wrapper import DeviceAmpOptimWrapper
 from .preemption import (PREEMPTED_EXIT_CODE, LectEpochBasedTrainLoop,
                          PreemptionHook, TrainingPreempted)
-from .runner import LectRunner, find_resume_checkpoint
+from .runner import LectRunner
 from .workdir import WorkDirInUseError
 from .write_errors import DiskFullError
 

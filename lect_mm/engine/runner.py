@@ -4,7 +4,7 @@ import itertools
 import logging
 import os
 import os.path as osp
-from typing import Optional
+from typing import Optional, Tuple
 
 from mmengine.dist import broadcast_object_list, get_dist_info, master_only
 from mmengine.hooks import Hook
@@ -24,48 +24,34 @@ from .preemption import (DEFAULT_STOP_SIGNALS, LectEpochBasedTrainLoop,
 from .workdir import WorkDirInUseError, WorkDirLock
 from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
 
-#: ``--resume``'s name for :func:`~lect_mm.engine.checkpoint_io.
-#: latest_checkpoint`: the latest intact checkpoint of a work dir.
-find_resume_checkpoint = latest_checkpoint
 
-
-def _from_rank0(value):
-    """Rank 0's ``value``, on every rank."""
-    if get_dist_info()[1] > 1:
-        box = [value]
-        broadcast_object_list(box, src=0)
-        value = box[0]
-    return value
-
-
-def _lock_work_dir(work_dir: str) -> Optional[WorkDirLock]:
-    """Rank 0 takes the lock; every rank raises if it could not (none is
-    left waiting in a collective for a rank that stopped)."""
-    lock, error = None, None
+def _claim_work_dir(work_dir: str, timestamp: str,
+                    lock: bool) -> Tuple[Optional[WorkDirLock], str]:
+    """Rank 0 takes the work-dir lock (if ``lock``) and creates the run's
+    log folder, ``<work_dir>/<timestamp>``, or ``<timestamp>_1``, ``_2``
+    ... if it exists. Every rank gets the folder's name, or raises if the
+    lock was taken (none is left waiting in a collective for a rank that
+    stopped)."""
+    held, error, name = None, None, None
     if get_dist_info()[0] == 0:
         try:
-            lock = WorkDirLock(work_dir).acquire()
+            held = WorkDirLock(work_dir).acquire() if lock else None
+            for i in itertools.count():
+                name = f'{timestamp}_{i}' if i else timestamp
+                try:
+                    os.mkdir(osp.join(work_dir, name))
+                    break
+                except FileExistsError:
+                    pass
         except WorkDirInUseError as exc:
             error = str(exc)
-    error = _from_rank0(error)
+    if get_dist_info()[1] > 1:
+        box = [error, name]
+        broadcast_object_list(box, src=0)
+        error, name = box
     if error is not None:
         raise WorkDirInUseError(error)
-    return lock
-
-
-def _claim_log_dir(work_dir: str, timestamp: str) -> str:
-    """Rank 0 creates the run's log folder, ``<work_dir>/<timestamp>``, or
-    ``<timestamp>_1``, ``_2`` ... if it exists; every rank gets its name."""
-    name = None
-    if get_dist_info()[0] == 0:
-        for i in itertools.count():
-            name = f'{timestamp}_{i}' if i else timestamp
-            try:
-                os.mkdir(osp.join(work_dir, name))
-            except FileExistsError:
-                continue
-            break
-    return _from_rank0(name)
+    return held, name
 
 
 def last_checkpoint_note(runner) -> str:
@@ -107,29 +93,17 @@ class _LectRunnerHook(Hook):
 @RUNNERS.register_module()
 class LectRunner(Runner):
     """mmengine's ``Runner`` (same arguments), selected by
-    ``configs/_base_/default_runtime.py``, with what is local to its run:
-    verified, strict checkpoint loading (also for ``init_cfg=dict(type=
-    'Pretrained')``), a locked work dir and a log folder of its
-    own, a log that raises a full disk's error (``DiskFullError``, naming
-    the last intact checkpoint), :meth:`release` when ``train``/``val``/
-    ``test`` returns, a ``LectEpochBasedTrainLoop`` for ``train_cfg =
-    dict(by_epoch=True, ...)``, and ``ConfigCheckHook``,
-    ``CheckpointCheckHook`` and ``PreemptionHook`` unless the config has
-    them. Config keys besides the ``Runner``'s:
-
-    - ``load_from_strict`` (True): a checkpoint that does not fit the model
-      stops ``load_from``, ``--resume`` and ``tools/test.py``; False loads
-      what fits, with a warning.
-    - ``resume_intact`` (False; ``--resume-intact``): ``--resume`` takes the
-      newest intact checkpoint when the latest one is damaged.
-    - ``lock_work_dir`` (True; off in ``tools/test.py``): hold a
-      ``WorkDirLock`` (rank 0; every rank raises if it is taken).
-    - ``log_dir_only`` (False; ``tools/test.py`` sets it): the config copy
-      goes into the run's log folder (``<work_dir>/<timestamp>[_1...]``),
-      so the run writes nothing outside it.
-    - ``stop_signals`` (``['SIGTERM', 'SIGUSR1']``; None: off): see
-      ``PreemptionHook``.
-    - ``resume_schedule`` (``'config'``): see ``CheckpointCheckHook``.
+    ``configs/_base_/default_runtime.py``, with what is local to its run
+    (docs/architecture.md): verified, strict checkpoint loading, a locked
+    work dir, a log folder of its own, a log that raises a full disk's
+    error, :meth:`release` when ``train``/``val``/``test`` returns, a
+    ``LectEpochBasedTrainLoop`` for ``train_cfg = dict(by_epoch=True, ...)``
+    and lect_mm's checking and preemption hooks. Config keys besides the
+    ``Runner``'s: ``load_from_strict`` (True; False loads what fits, with a
+    warning), ``resume_intact`` (False; ``--resume`` skips a damaged latest
+    checkpoint), ``lock_work_dir`` (True), ``log_dir_only`` (False; the
+    config copy goes into the log folder), ``stop_signals``
+    (``PreemptionHook``), ``resume_schedule`` (``CheckpointCheckHook``).
     """
 
     def __init__(self, *args, **kwargs):
@@ -141,9 +115,8 @@ class LectRunner(Runner):
             loop = self._train_loop
             if isinstance(loop, dict) and 'type' not in loop and \
                     loop.get('by_epoch', False):
-                self._train_loop = {k: v for k, v in loop.items()
-                                    if k != 'by_epoch'}
-                self._train_loop['type'] = LectEpochBasedTrainLoop
+                self._train_loop = dict(loop, type=LectEpochBasedTrainLoop)
+                del self._train_loop['by_epoch']
             self.logger.handlers = [
                 GuardedFileHandler.replacing(handler)
                 if type(handler) is logging.FileHandler else handler
@@ -164,10 +137,9 @@ class LectRunner(Runner):
         # Runner.__init__ calls it once the process group exists, before it
         # writes the log folder and the config copy.
         super().setup_env(env_cfg)
-        self._work_dir_lock = None
-        if self.cfg.get('lock_work_dir', True):
-            self._work_dir_lock = _lock_work_dir(self._work_dir)
-        self._timestamp = _claim_log_dir(self._work_dir, self._timestamp)
+        self._work_dir_lock, self._timestamp = _claim_work_dir(
+            self._work_dir, self._timestamp,
+            self.cfg.get('lock_work_dir', True))
 
     @master_only
     def dump_config(self) -> None:
@@ -186,10 +158,9 @@ class LectRunner(Runner):
             lock.release()
 
     def release(self) -> None:
-        """End the persistent workers of the built loops' loaders (a later
-        loop starts new ones; the garbage collector would wait torch's 5 s
-        join timeout for each), put back the stop-signal handlers and drop
-        the work-dir lock."""
+        """End the built loops' persistent loader workers (else each waits
+        torch's 5 s join timeout), put back the stop-signal handlers and
+        drop the work-dir lock."""
         for loop in (self._train_loop, self._val_loop, self._test_loop):
             loader = getattr(loop, 'dataloader', None)
             iterator = getattr(loader, '_iterator', None)
@@ -246,8 +217,7 @@ class LectRunner(Runner):
                 osp.expanduser(str(resume_from))):
             raise CheckpointNotFoundError(
                 f'--resume {resume_from}: this checkpoint does not exist.')
-        self.resume(resume_from)
-        self._has_loaded = True
+        self.resume(resume_from)  # load_checkpoint sets _has_loaded
 
     def load_checkpoint(self,
                         filename: str,

@@ -76,7 +76,7 @@ def test_every_rank_raises_when_rank_0_finds_the_dir_taken(
     monkeypatch.setattr(runner_module, 'get_dist_info', lambda: (1, 2))
     monkeypatch.setattr(runner_module, 'broadcast_object_list', broadcast)
     with pytest.raises(WorkDirInUseError, match='pid 1'):
-        runner_module._lock_work_dir(str(tmp_path))
+        runner_module._claim_work_dir(str(tmp_path), 'run', True)
     assert not os.listdir(tmp_path)
 
 

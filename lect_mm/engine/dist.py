@@ -1,11 +1,12 @@
-"""Distributed training without CUDA too (gloo on the CPU), and a process
-group destroyed at the end; on an accelerator mmengine's path is kept
-(docs/pitfalls.md: mmengine calls ``torch.cuda.set_device``)."""
-import datetime
+"""Distributed training on the CPU too (gloo), its process group destroyed
+at the end. lect_mm starts gloo itself because mmengine's ``init_dist``
+calls ``torch.cuda.set_device`` (docs/pitfalls.md); on an accelerator
+mmengine's path is kept."""
 import inspect
 import os
 import subprocess
 from contextlib import contextmanager
+from datetime import timedelta
 
 import torch.distributed as torch_dist
 from mmengine.config import Config
@@ -44,12 +45,11 @@ def _set_env_from_launcher(launcher: str, port=None) -> None:
 
 
 def setup_cpu_distributed(cfg: Config) -> bool:
-    """Before the ``Runner`` is built, on the CPU under a launcher: start a
+    """On the CPU under a launcher, before the ``Runner`` is built: start a
     gloo process group (mmengine then skips its ``init_dist``) and make
-    ``model_wrapper_cfg`` (``cfg`` is changed in place) a DDP wrapper with
-    ``device_ids=None`` and no buffer broadcast before every forward
-    (``SyncBuffersHook`` averages buffers after each epoch instead).
-    Returns whether it started the group."""
+    ``cfg.model_wrapper_cfg`` a DDP wrapper with ``device_ids=None`` and no
+    buffer broadcast before every forward (``SyncBuffersHook`` averages
+    them after each epoch). Returns whether it started the group."""
     launcher = cfg.get('launcher', 'none')
     if launcher == 'none' or get_device() != 'cpu' or \
             torch_dist.is_initialized():
@@ -60,12 +60,10 @@ def setup_cpu_distributed(cfg: Config) -> bool:
     _set_env_from_launcher(launcher, dist_cfg.get('port'))
     kwargs = {}
     if dist_cfg.get('timeout') is not None:
-        kwargs['timeout'] = datetime.timedelta(seconds=dist_cfg['timeout'])
+        kwargs['timeout'] = timedelta(seconds=dist_cfg['timeout'])
     torch_dist.init_process_group(
-        backend='gloo',
-        rank=int(os.environ['RANK']),
-        world_size=int(os.environ['WORLD_SIZE']),
-        **kwargs)
+        backend='gloo', rank=int(os.environ['RANK']),
+        world_size=int(os.environ['WORLD_SIZE']), **kwargs)
 
     wrapper_cfg = cfg.get('model_wrapper_cfg')
     if wrapper_cfg is None:
@@ -85,8 +83,8 @@ def setup_cpu_distributed(cfg: Config) -> bool:
 
 def no_buffer_broadcast() -> dict:
     """DDP's argument against broadcasting rank 0's buffers before every
-    forward: ``forward_sync_buffers=False`` where torch has it (it
-    deprecates ``broadcast_buffers``), else ``broadcast_buffers=False``."""
+    forward: ``forward_sync_buffers`` where torch has it (it deprecates
+    ``broadcast_buffers``)."""
     params = inspect.signature(DistributedDataParallel.__init__).parameters
     if 'forward_sync_buffers' in params:
         return dict(forward_sync_buffers=False)

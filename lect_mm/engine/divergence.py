@@ -38,13 +38,11 @@ class NonFiniteLossHook(Hook):
     and last checkpoint) after ``patience`` non-finite losses in a row (more
     than 1 tolerates mixed precision's odd overflow, which the loss scaler
     skips), at the end of an epoch with non-finite weights, and before a
-    checkpoint of such weights is written; the ranks decide together.
+    checkpoint of such weights is written; the ranks decide together. Off:
+    ``enabled=False`` (mmengine accepts None only for its own hooks)."""
 
-    Priority 65: after ``LoggerHook``, before ``ParamSchedulerHook`` (the
-    learning rate named is the one used) and ``CheckpointHook``. Off:
-    ``enabled=False`` (mmengine accepts None only for its own hooks).
-    """
-
+    # after LoggerHook, before ParamSchedulerHook (the learning rate named
+    # is the one used) and CheckpointHook
     priority = 65
 
     def __init__(self, patience: int = 3, enabled: bool = True) -> None:
@@ -56,8 +54,7 @@ class NonFiniteLossHook(Hook):
         self.enabled = enabled
         self._in_a_row = 0
 
-    def _diverged(self, runner, what: str,
-                  iteration: int) -> DivergenceError:
+    def _diverged(self, runner, what: str, iteration: int):
         """The error; ``iteration`` counts from 1, as in the log."""
         where = f'iteration {iteration}'
         if getattr(runner.train_loop, 'max_epochs', None) is not None:
@@ -74,10 +71,7 @@ class NonFiniteLossHook(Hook):
             '(optim_wrapper.clip_grad); default_hooks.non_finite_loss.'
             'patience sets how many non-finite losses in a row stop the run.')
 
-    def after_train_iter(self,
-                         runner,
-                         batch_idx: int,
-                         data_batch=None,
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs: Optional[dict] = None) -> None:
         loss = (outputs or {}).get('loss')
         if loss is None or not self.enabled:

@@ -24,8 +24,8 @@ def get_rng_state() -> dict:
 
 
 def set_rng_state(state: dict) -> None:
-    """Restore a state of :func:`get_rng_state` (its tensors may come back
-    on a GPU, where ``Runner.resume`` maps the checkpoint)."""
+    """Restore :func:`get_rng_state`'s state (``Runner.resume`` may have
+    mapped its tensors to a GPU)."""
     random.setstate(state['python'])
     np.random.set_state(state['numpy'])
     torch.set_rng_state(state['torch'].cpu())
@@ -36,15 +36,12 @@ def set_rng_state(state: dict) -> None:
 @HOOKS.register_module()
 class RNGStateHook(Hook):
     """Save the random generators' state in each checkpoint and restore it
-    on resume, where mmengine re-seeds them: a resumed run ends as one that
-    never stopped.
-
-    The state at an epoch's end is restored before the next epoch, in an
-    uninterrupted run too (validation then changes nothing), and again
-    before its first iteration, once the loader's iterator (which draws a
-    seed, a persistent one in its first epoch only) exists. Persistent
-    workers' state cannot be saved: their sampler must be ``SeededSampler``.
-    """
+    on resume (mmengine re-seeds them): a resumed run ends as one that never
+    stopped. The state at an epoch's end is restored before the next epoch,
+    in an uninterrupted run too (validation then changes nothing), and again
+    once the loader's iterator (which draws a seed, a persistent one in its
+    first epoch only) exists. Persistent workers' state cannot be saved:
+    their sampler must be ``SeededSampler``."""
 
     priority = 'VERY_HIGH'
 
@@ -90,9 +87,8 @@ def compile_submodules(model: torch.nn.Module,
                        targets=('backbone', 'neck'),
                        **compile_kwargs) -> list:
     """``nn.Module.compile`` the submodules ``targets`` of ``model`` (not
-    wrapped in DDP) in place: module tree and ``state_dict`` keys stay as
-    they are (no ``_orig_mod.`` prefix). A target that is None on the model
-    is skipped, a missing one raises; returns the names compiled."""
+    DDP) in place, keeping ``state_dict`` keys (no ``_orig_mod.``). A target
+    that is None is skipped, a missing one raises; returns those compiled."""
     if not hasattr(torch.nn.Module, 'compile'):
         raise RuntimeError('Compiling in place needs torch >= 2.2 '
                            f'(nn.Module.compile); this is torch '
@@ -113,10 +109,8 @@ def compile_submodules(model: torch.nn.Module,
 @HOOKS.register_module()
 class CompileModelHook(Hook):
     """:func:`compile_submodules` ``targets`` with ``compile_kwargs`` (of
-    ``torch.compile``) once per run. ``tools/train.py`` turns a config's
-    ``compile=True`` (or ``dict(...)``) into this hook instead of mmengine's
-    compilation of the whole ``train_step`` (docs/pitfalls.md).
-    """
+    ``torch.compile``) once per run: ``tools/train.py`` turns ``compile=True``
+    into it, not mmengine's compiled ``train_step`` (docs/pitfalls.md)."""
 
     priority = 'VERY_HIGH'
 

@@ -1,8 +1,7 @@
 """Stopping a training cleanly on a scheduler's signal (``SIGTERM``, or
 ``SIGUSR1`` from ``sbatch --signal=USR1@120``) with a resumable checkpoint,
 and resuming it inside the epoch (docs/cluster.md): ``PreemptionHook`` and
-the loop it needs. The handlers are installed only while ``train()`` runs;
-importing lect_mm installs none."""
+the loop it needs. Handlers are installed only while ``train()`` runs."""
 import signal
 import threading
 from itertools import islice
@@ -28,9 +27,8 @@ DEFAULT_STOP_SIGNALS = ('SIGTERM', 'SIGUSR1')
 
 class TrainingPreempted(SystemExit):
     """A training stopped by a signal, its checkpoint written: a
-    ``SystemExit`` (status :data:`PREEMPTED_EXIT_CODE`) with the
-    ``checkpoint`` to resume from, the ``signal``'s name and the
-    ``iteration``s done."""
+    ``SystemExit`` (status 75) with the ``checkpoint`` to resume from, the
+    ``signal``'s name and the ``iteration``s done."""
 
     def __init__(self, message: str, checkpoint: str, signal_name: str,
                  iteration: int) -> None:
@@ -76,8 +74,7 @@ class StopSignals:
         self.count += 1
 
     def install(self) -> bool:
-        """Install the handlers; False (none installed) outside the main
-        thread, where Python cannot."""
+        """Install the handlers; False outside the main thread (none)."""
         if threading.current_thread() is not threading.main_thread():
             return False
         for sig in self.signals:
@@ -111,10 +108,9 @@ class IgnoreStopSignals:
 @LOOPS.register_module()
 class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
     """mmengine's ``EpochBasedTrainLoop`` that begins its next epoch after
-    the first ``start_at`` iterations (set by :class:`PreemptionHook` on
-    resume): a :class:`~lect_mm.datasets.SeededSampler` skips their samples
-    without loading them (another sampler's batches are loaded and dropped).
-    ``LectRunner`` builds it for ``train_cfg = dict(by_epoch=True, ...)``.
+    ``start_at`` iterations (:class:`PreemptionHook` sets it on resume): a
+    ``SeededSampler`` skips their samples unloaded (another sampler's batches
+    are loaded and dropped). ``LectRunner`` builds it for ``by_epoch=True``.
     """
 
     start_at = 0
@@ -234,14 +230,12 @@ class PreemptionHook(Hook):
                     world_size=runner.world_size, stop_signal=signal_name)
         extra = None
         if runner.world_size > 1:
-            buffers = {
-                key: buffer.detach().cpu().clone()
-                for key, buffer in unwrap_model(runner.model).named_buffers()
-            }
-            extra = dict(rank_buffers=gather_object(buffers, dst=0))
-        checkpoint_hook = next(hook for hook in runner.hooks
-                               if isinstance(hook, SafeCheckpointHook))
-        path = checkpoint_hook.save_stop_checkpoint(runner, meta, extra)
+            buffers = unwrap_model(runner.model).named_buffers()
+            extra = dict(rank_buffers=gather_object(
+                {key: b.detach().cpu().clone() for key, b in buffers}, dst=0))
+        saver = next(h for h in runner.hooks
+                     if isinstance(h, SafeCheckpointHook))
+        path = saver.save_stop_checkpoint(runner, meta, extra)
         name = signal_name
         if self.stop.received is None:
             name += ' (received by another rank)'
@@ -299,8 +293,7 @@ class PreemptionHook(Hook):
                 'by_epoch=True, ...)).')
         runner.train_loop.start_at = inner_iter
         self._resumed_epoch = True
-        if rank_buffers is not None and \
-                len(rank_buffers) == runner.world_size:
+        if len(rank_buffers or ()) == runner.world_size:
             module = unwrap_model(runner.model)
             with torch.no_grad():
                 for key, value in rank_buffers[runner.rank].items():

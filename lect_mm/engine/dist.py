@@ -67,11 +67,14 @@ def setup_cpu_distributed(cfg: Config) -> bool:
 
     wrapper_cfg = cfg.get('model_wrapper_cfg')
     if wrapper_cfg is None:
-        cfg.model_wrapper_cfg = dict(
-            type='MMDistributedDataParallel',
-            device_ids=None,
-            find_unused_parameters=cfg.get('find_unused_parameters', False),
-            **no_buffer_broadcast())
+        # torch deprecates broadcast_buffers where it has forward_sync_buffers
+        ddp_args = inspect.signature(DistributedDataParallel).parameters
+        no_broadcast = 'forward_sync_buffers' if 'forward_sync_buffers' in \
+            ddp_args else 'broadcast_buffers'
+        cfg.model_wrapper_cfg = {
+            'type': 'MMDistributedDataParallel', 'device_ids': None,
+            'find_unused_parameters': cfg.get('find_unused_parameters', False),
+            no_broadcast: False}
     else:
         wrapper_type = MODEL_WRAPPERS.get(
             wrapper_cfg.get('type', 'MMDistributedDataParallel'))
@@ -79,16 +82,6 @@ def setup_cpu_distributed(cfg: Config) -> bool:
                 wrapper_type, DistributedDataParallel):
             wrapper_cfg['device_ids'] = None
     return True
-
-
-def no_buffer_broadcast() -> dict:
-    """DDP's argument against broadcasting rank 0's buffers before every
-    forward: ``forward_sync_buffers`` where torch has it (it deprecates
-    ``broadcast_buffers``)."""
-    params = inspect.signature(DistributedDataParallel.__init__).parameters
-    if 'forward_sync_buffers' in params:
-        return dict(forward_sync_buffers=False)
-    return dict(broadcast_buffers=False)
 
 
 def teardown_distributed() -> None:

@@ -67,7 +67,7 @@ class StopSignals:
                 self.signals.append(sig)
         self.received: Optional[int] = None
         self.count = 0
-        self._previous = {}
+        self.installed = {}  # the handlers they replaced, by signal
 
     def _handler(self, signum, frame) -> None:
         self.received = self.received or signum
@@ -77,13 +77,14 @@ class StopSignals:
         """Install the handlers; False outside the main thread (none)."""
         if threading.current_thread() is not threading.main_thread():
             return False
+        self.received, self.count = None, 0
         for sig in self.signals:
-            self._previous[sig] = signal.signal(sig, self._handler)
+            self.installed[sig] = signal.signal(sig, self._handler)
         return True
 
     def restore(self) -> None:
         """Put back the handlers that were there before :meth:`install`."""
-        previous, self._previous = self._previous, {}
+        previous, self.installed = self.installed, {}
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
@@ -161,14 +162,13 @@ class PreemptionHook(Hook):
     priority = 'LOWEST'  # an iteration's other hooks (its checkpoint) first
 
     def __init__(self, stop_signals=DEFAULT_STOP_SIGNALS) -> None:
-        self.signals = StopSignals(stop_signals).signals
-        self.stop: Optional[StopSignals] = None  # installed ones
+        self.stop = StopSignals(stop_signals)
         self._resumed = None  # (file, meta, rank_buffers) inside an epoch
         self._resumed_epoch = False  # the epoch goes on: no check before it
 
     def before_train(self, runner) -> None:
         self._resume_inside_epoch(runner)
-        if not self.signals:
+        if not self.stop.signals:
             return
         missing = []
         if not isinstance(runner.train_loop, LectEpochBasedTrainLoop):
@@ -176,17 +176,15 @@ class PreemptionHook(Hook):
                            'by_epoch=True, ...) or LectEpochBasedTrainLoop)')
         if not any(isinstance(h, SafeCheckpointHook) for h in runner.hooks):
             missing.append('a SafeCheckpointHook (default_hooks.checkpoint)')
-        stop = StopSignals(self.signals)
-        if not missing and not stop.install():
+        if not missing and not self.stop.install():
             missing.append('to run in the main thread')
         if missing:
+            names = ', '.join(s.name for s in self.stop.signals)
             runner.logger.warning(
-                f'stop_signals: {", ".join(s.name for s in self.signals)} '
-                'keep their usual effect in this run (it ends without a '
-                'checkpoint): stopping cleanly needs '
+                f'stop_signals: {names} keep their usual effect in this run '
+                '(it ends without a checkpoint): stopping cleanly needs '
                 f'{" and ".join(missing)}.')
             return
-        self.stop = stop
         for loop in (runner.train_loop, runner.val_loop):
             loader = getattr(loop, 'dataloader', None)
             if isinstance(loader, DataLoader) and loader.num_workers > 0 \
@@ -196,13 +194,7 @@ class PreemptionHook(Hook):
                     loader.worker_init_fn)
 
     def after_train(self, runner) -> None:
-        self.restore()
-
-    def restore(self) -> None:
-        """Put back the signal handlers the run found."""
-        if self.stop is not None:
-            self.stop.restore()
-            self.stop = None
+        self.stop.restore()
 
     def before_train_epoch(self, runner) -> None:
         resumed, self._resumed_epoch = self._resumed_epoch, False
@@ -217,7 +209,7 @@ class PreemptionHook(Hook):
     def _stop_if_requested(self, runner, inner_iter: int, done: int) -> None:
         """If a rank got a signal, save the checkpoint after ``done``
         iterations (``inner_iter`` of this epoch) and stop (every rank)."""
-        if self.stop is None:
+        if not self.stop.installed:
             return
         signum = torch.tensor([self.stop.received or 0], dtype=torch.int32)
         all_reduce(signum, op='max')  # no-op on one process
@@ -249,7 +241,7 @@ class PreemptionHook(Hook):
             f'Saved {path}; train again with --resume to go on from there.')
         runner.logger.warning(message)
         barrier()  # no rank leaves before rank 0 has written and logged
-        self.restore()
+        self.stop.restore()
         raise TrainingPreempted(message, str(path), signal_name, done)
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:

@@ -79,9 +79,8 @@ class _LectRunnerHook(Hook):
     def after_train_iter(self, runner, batch_idx, data_batch=None,
                          outputs=None) -> None:
         for handler in runner.logger.handlers:
-            error = getattr(handler, 'error', None)
-            if isinstance(handler, GuardedFileHandler) and error is not None:
-                raise error
+            if isinstance(handler, GuardedFileHandler) and handler.error:
+                raise handler.error
 
     def before_train_epoch(self, runner) -> None:
         self.after_train_iter(runner, None)
@@ -92,24 +91,20 @@ class _LectRunnerHook(Hook):
 
 @RUNNERS.register_module()
 class LectRunner(Runner):
-    """mmengine's ``Runner`` (same arguments), selected by
-    ``configs/_base_/default_runtime.py``, with what is local to its run
+    """mmengine's ``Runner`` (same arguments) with what is local to its run
     (docs/architecture.md): verified, strict checkpoint loading, a locked
-    work dir, a log folder of its own, a log that raises a full disk's
-    error, :meth:`release` when ``train``/``val``/``test`` returns, a
+    work dir, its own log folder, a log that raises a full disk's error,
+    :meth:`release` when ``train``/``val``/``test`` returns, a
     ``LectEpochBasedTrainLoop`` for ``train_cfg = dict(by_epoch=True, ...)``
-    and lect_mm's checking and preemption hooks. Config keys besides the
-    ``Runner``'s: ``load_from_strict`` (True; False loads what fits, with a
-    warning), ``resume_intact`` (False; ``--resume`` skips a damaged latest
+    and lect_mm's checking and preemption hooks. Its config keys:
+    ``load_from_strict`` (True; False loads what fits, with a warning),
+    ``resume_intact`` (False; ``--resume`` skips a damaged latest
     checkpoint), ``lock_work_dir`` (True), ``log_dir_only`` (False; the
     config copy goes into the log folder), ``stop_signals``
-    (``PreemptionHook``), ``resume_schedule`` (``CheckpointCheckHook``).
-    """
+    (``PreemptionHook``), ``resume_schedule`` (``CheckpointCheckHook``)."""
 
     def __init__(self, *args, **kwargs):
-        # {path: (file identity, digest)} of the checkpoint --resume found
-        # intact: its load does not verify it again
-        self._verified = {}
+        self._verified = {}  # what --resume found intact: not verified again
         try:
             super().__init__(*args, **kwargs)
             loop = self._train_loop
@@ -169,7 +164,7 @@ class LectRunner(Runner):
                 loader._iterator = None
         for hook in self.hooks:
             if isinstance(hook, PreemptionHook):
-                hook.restore()
+                hook.stop.restore()
         self.release_work_dir()
 
     def checkpoint_dir(self) -> str:

@@ -18,11 +18,8 @@ class DivergenceError(RuntimeError):
 
 def _non_finite(tensors) -> list:
     """The names of the floating-point tensors that are not finite."""
-    return [
-        name for name, t in tensors
-        if torch.is_tensor(t) and t.is_floating_point()
-        and not bool(torch.isfinite(t).all())
-    ]
+    return [name for name, t in tensors if torch.is_tensor(t)
+            and t.is_floating_point() and not torch.isfinite(t).all()]
 
 
 def _on_any_rank(flag: bool) -> bool:

@@ -1,5 +1,5 @@
-"""Hooks: exact resume (``RNGStateHook``) and in-place compilation of the
-model's heavy submodules (``CompileModelHook``)."""
+"""Exact resume (``RNGStateHook``) and compiling the model's heavy
+submodules in place (``CompileModelHook``)."""
 import random
 from typing import Optional
 
@@ -14,10 +14,8 @@ from .plain_state import from_plain
 
 def get_rng_state() -> dict:
     """The state of every global random generator a training step may use."""
-    state = dict(
-        python=random.getstate(),
-        numpy=np.random.get_state(),
-        torch=torch.get_rng_state())
+    state = dict(python=random.getstate(), numpy=np.random.get_state(),
+                 torch=torch.get_rng_state())
     if torch.cuda.is_available():
         state['cuda'] = torch.cuda.get_rng_state_all()
     return state
@@ -83,8 +81,7 @@ class RNGStateHook(Hook):
             self._restore_at_first_iter = False
 
 
-def compile_submodules(model: torch.nn.Module,
-                       targets=('backbone', 'neck'),
+def compile_submodules(model: torch.nn.Module, targets=('backbone', 'neck'),
                        **compile_kwargs) -> list:
     """``nn.Module.compile`` the submodules ``targets`` of ``model`` (not
     DDP) in place, keeping ``state_dict`` keys (no ``_orig_mod.``). A target
@@ -94,15 +91,14 @@ def compile_submodules(model: torch.nn.Module,
                            f'(nn.Module.compile); this is torch '
                            f'{torch.__version__}.')
     targets = (targets, ) if isinstance(targets, str) else tuple(targets)
-    compiled = []
     for name in targets:
         if not hasattr(model, name):
             raise AttributeError(
                 f'{type(model).__name__} has no submodule {name!r} to '
                 f'compile (targets={targets}).')
-        if getattr(model, name) is not None:
-            getattr(model, name).compile(**compile_kwargs)
-            compiled.append(name)
+    compiled = [name for name in targets if getattr(model, name) is not None]
+    for name in compiled:
+        getattr(model, name).compile(**compile_kwargs)
     return compiled
 
 
@@ -123,6 +119,5 @@ class CompileModelHook(Hook):
                                       self.targets, **self.compile_kwargs)
         runner.logger.info(
             f'torch.compile({self.compile_kwargs or ""}) on '
-            f'{", ".join(compiled)}: the first iterations, and the first one '
-            'of any new input shape (a smaller last batch without '
-            'drop_last), compile and are slow.')
+            f'{", ".join(compiled)}: the first iterations, and the first of '
+            'a new input shape (a smaller last batch), compile and are slow.')

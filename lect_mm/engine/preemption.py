@@ -4,6 +4,7 @@ and resuming it inside the epoch (docs/cluster.md): ``PreemptionHook`` and
 the loop it needs. Handlers are installed only while ``train()`` runs."""
 import signal
 import threading
+from functools import partial
 from itertools import islice
 from typing import Optional
 
@@ -89,21 +90,16 @@ class StopSignals:
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
-class IgnoreStopSignals:
-    """A loader's ``worker_init_fn``: a worker forked while
-    :class:`StopSignals` is installed ignores them (a scheduler signals
-    workers too, which would die of it), then ``init_fn`` runs."""
-
-    def __init__(self, init_fn=None) -> None:
-        self.init_fn = init_fn
-
-    def __call__(self, worker_id: int) -> None:
-        for sig in signal.valid_signals():
-            handler = signal.getsignal(sig)
-            if isinstance(getattr(handler, '__self__', None), StopSignals):
-                signal.signal(sig, signal.SIG_IGN)
-        if self.init_fn is not None:
-            self.init_fn(worker_id)
+def _ignore_stop_signals(init_fn, worker_id: int) -> None:
+    """A loader's ``worker_init_fn`` (with ``partial``): a worker forked
+    while :class:`StopSignals` is installed ignores them (a scheduler
+    signals workers too, which would die of it), then ``init_fn`` runs."""
+    for sig in signal.valid_signals():
+        handler = signal.getsignal(sig)
+        if isinstance(getattr(handler, '__self__', None), StopSignals):
+            signal.signal(sig, signal.SIG_IGN)
+    if init_fn is not None:
+        init_fn(worker_id)
 
 
 @LOOPS.register_module()
@@ -117,8 +113,8 @@ class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
     start_at = 0
 
     def run_epoch(self) -> None:
+        self.runner.call_hook('before_train_epoch')  # it sees start_at
         start, self.start_at = self.start_at, 0
-        self.runner.call_hook('before_train_epoch')
         self.runner.model.train()
         batches = self.dataloader
         if start:
@@ -164,7 +160,6 @@ class PreemptionHook(Hook):
     def __init__(self, stop_signals=DEFAULT_STOP_SIGNALS) -> None:
         self.stop = StopSignals(stop_signals)
         self._resumed = None  # (file, meta, rank_buffers) inside an epoch
-        self._resumed_epoch = False  # the epoch goes on: no check before it
 
     def before_train(self, runner) -> None:
         self._resume_inside_epoch(runner)
@@ -187,18 +182,17 @@ class PreemptionHook(Hook):
             return
         for loop in (runner.train_loop, runner.val_loop):
             loader = getattr(loop, 'dataloader', None)
-            if isinstance(loader, DataLoader) and loader.num_workers > 0 \
-                    and not isinstance(loader.worker_init_fn,
-                                       IgnoreStopSignals):
-                loader.worker_init_fn = IgnoreStopSignals(
-                    loader.worker_init_fn)
+            init_fn = getattr(loader, 'worker_init_fn', None)
+            if isinstance(loader, DataLoader) and loader.num_workers > 0 and \
+                    getattr(init_fn, 'func', None) is not _ignore_stop_signals:
+                loader.worker_init_fn = partial(_ignore_stop_signals, init_fn)
 
     def after_train(self, runner) -> None:
         self.stop.restore()
 
     def before_train_epoch(self, runner) -> None:
-        resumed, self._resumed_epoch = self._resumed_epoch, False
-        if not resumed and runner.iter > 0:
+        # not before the first epoch, nor one that goes on after a resume
+        if runner.iter > 0 and not getattr(runner.train_loop, 'start_at', 0):
             self._stop_if_requested(runner, 0, runner.iter)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
@@ -284,7 +278,6 @@ class PreemptionHook(Hook):
                 'an epoch (LectEpochBasedTrainLoop can: train_cfg = dict('
                 'by_epoch=True, ...)).')
         runner.train_loop.start_at = inner_iter
-        self._resumed_epoch = True
         if len(rank_buffers or ()) == runner.world_size:
             module = unwrap_model(runner.model)
             with torch.no_grad():

@@ -214,9 +214,7 @@ class LectRunner(Runner):
                 f'--resume {resume_from}: this checkpoint does not exist.')
         self.resume(resume_from)  # load_checkpoint sets _has_loaded
 
-    def load_checkpoint(self,
-                        filename: str,
-                        map_location='cpu',
+    def load_checkpoint(self, filename: str, map_location='cpu',
                         strict: Optional[bool] = None,
                         revise_keys: list = [(r'^module\.', '')]):
         """``Runner.load_checkpoint``, verified; ``strict=None`` takes the

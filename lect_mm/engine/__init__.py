@@ -1,7 +1,6 @@
 """lect_mm's engine: the runner, loop, hooks, checkpoint files and errors
-that its runtime config (``configs/_base_/default_runtime.py``) selects.
-``__all__`` is what a config or a user names; the helpers live in their
-modules (``lect_mm.engine.checkpoint_io``, ``.dist``, ``.hooks`` ...)."""
+that ``configs/_base_/default_runtime.py`` selects. ``__all__`` is what a
+config or a user names; helpers stay in their modules."""
 from .checkpoint_checks import CheckpointCheckHook
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import CheckpointError, CheckpointNotFoundError

@@ -144,16 +144,13 @@ def _processes(n: int) -> str:
 @HOOKS.register_module()
 class PreemptionHook(Hook):
     """Stop a training cleanly on a signal (``stop_signals``: what
-    :class:`StopSignals` accepts); resume it inside the epoch.
-
-    While ``train()`` runs the signals are recorded and loader workers
-    ignore them. After each iteration and before an epoch that follows
-    another, the ranks agree whether one got a signal; if so the
-    ``SafeCheckpointHook`` saves ``iter_{N}.pth`` (with each rank's
-    buffers: DDP averages BatchNorm statistics only at an epoch's end) and
-    :class:`TrainingPreempted` is raised. A run that cannot stop so says
-    why in its log; the signals then keep their usual effect.
-    """
+    :class:`StopSignals` accepts) and resume it inside the epoch. While
+    ``train()`` runs, the signals are recorded and loader workers ignore
+    them; after each iteration and before an epoch that follows another,
+    the ranks agree whether one got a signal; if so ``SafeCheckpointHook``
+    saves ``iter_{N}.pth`` (with each rank's buffers: DDP averages BatchNorm
+    statistics only at an epoch's end) and :class:`TrainingPreempted` is
+    raised. A run that cannot stop so says why in its log."""
 
     priority = 'LOWEST'  # an iteration's other hooks (its checkpoint) first
 
@@ -242,8 +239,7 @@ class PreemptionHook(Hook):
         meta = checkpoint.get('meta') or {}
         self._resumed = None
         if meta.get('inner_iter'):
-            filename = getattr(runner, 'checkpoint_file', None) or \
-                'the checkpoint'
+            filename = getattr(runner, 'checkpoint_file', 'the checkpoint')
             self._resumed = (filename, meta, checkpoint.get('rank_buffers'))
 
     def _resume_inside_epoch(self, runner) -> None:

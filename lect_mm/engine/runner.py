@@ -27,11 +27,10 @@ from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
 
 def _claim_work_dir(work_dir: str, timestamp: str,
                     lock: bool) -> Tuple[Optional[WorkDirLock], str]:
-    """Rank 0 takes the work-dir lock (if ``lock``) and creates the run's
-    log folder, ``<work_dir>/<timestamp>``, or ``<timestamp>_1``, ``_2``
-    ... if it exists. Every rank gets the folder's name, or raises if the
-    lock was taken (none is left waiting in a collective for a rank that
-    stopped)."""
+    """Rank 0 takes the work-dir lock (if ``lock``) and creates the log
+    folder ``<work_dir>/<timestamp>`` (``<timestamp>_1``... if it exists);
+    every rank gets its name, or raises if the lock was taken (none is left
+    waiting in a collective for a rank that stopped)."""
     held, error, name = None, None, None
     if get_dist_info()[0] == 0:
         try:
@@ -54,13 +53,19 @@ def _claim_work_dir(work_dir: str, timestamp: str,
     return held, name
 
 
+def _checkpoint_dir(runner) -> Optional[str]:
+    """Its ``SafeCheckpointHook``'s folder (None: the work dir)."""
+    for hook in getattr(runner, 'hooks', ()):
+        if isinstance(hook, SafeCheckpointHook):
+            return hook.checkpoint_dir(runner)
+    return None
+
+
 def last_checkpoint_note(runner) -> str:
     """What a run stopped by an error says of its last checkpoint."""
-    checkpoint_dir = getattr(runner, 'checkpoint_dir', None)
     try:
-        latest = latest_checkpoint(
-            runner.work_dir,
-            checkpoint_dir=checkpoint_dir() if checkpoint_dir else None)
+        latest = latest_checkpoint(runner.work_dir,
+                                   checkpoint_dir=_checkpoint_dir(runner))
     except CheckpointError as problem:
         return f'none of its checkpoints is resumable as it is ({problem})'
     if latest is None:
@@ -138,8 +143,7 @@ class LectRunner(Runner):
 
     @master_only
     def dump_config(self) -> None:
-        """Dump the config to ``work_dir``, or to the run's log folder with
-        ``log_dir_only``."""
+        """Dump the config to ``work_dir`` (``log_dir_only``: log folder)."""
         if not self.cfg.get('log_dir_only', False):
             return super().dump_config()
         filename = osp.basename(self.cfg.filename) if self.cfg.filename \
@@ -167,14 +171,6 @@ class LectRunner(Runner):
                 hook.stop.restore()
         self.release_work_dir()
 
-    def checkpoint_dir(self) -> str:
-        """Where this run's checkpoints are: its
-        :class:`SafeCheckpointHook`'s folder, else the work dir."""
-        for hook in self.hooks:
-            if isinstance(hook, SafeCheckpointHook):
-                return hook.checkpoint_dir(self)
-        return self.work_dir
-
     def train(self):
         try:
             return super().train()
@@ -200,7 +196,7 @@ class LectRunner(Runner):
         if resume_from is None:
             resume_from = latest_checkpoint(
                 self.work_dir, bool(self.cfg.get('resume_intact', False)),
-                self.logger, self.checkpoint_dir(), self._verified)
+                self.logger, _checkpoint_dir(self), self._verified)
             if resume_from is None:
                 self.logger.warning(
                     f'--resume: nothing to resume in {self.work_dir} (no '

@@ -1,7 +1,6 @@
-"""Distributed training on the CPU too (gloo), its process group destroyed
-at the end. lect_mm starts gloo itself because mmengine's ``init_dist``
-calls ``torch.cuda.set_device`` (docs/pitfalls.md); on an accelerator
-mmengine's path is kept."""
+"""Distributed training on the CPU too, its process group destroyed at the
+end: lect_mm starts gloo itself, since mmengine's ``init_dist`` calls
+``torch.cuda.set_device`` (docs/pitfalls.md); accelerators keep mmengine's."""
 import inspect
 import os
 import subprocess
@@ -20,8 +19,7 @@ LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
 
 
 def _set_env_from_launcher(launcher: str, port=None) -> None:
-    """Set ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_*`` as mmengine's
-    ``init_dist`` does (torchrun sets them itself)."""
+    """Set ``RANK``, ``WORLD_SIZE``... as mmengine's ``init_dist`` would."""
     env = os.environ
     if launcher == 'slurm':
         env.update(RANK=env['SLURM_PROCID'], WORLD_SIZE=env['SLURM_NTASKS'],
@@ -46,10 +44,9 @@ def _set_env_from_launcher(launcher: str, port=None) -> None:
 
 def setup_cpu_distributed(cfg: Config) -> bool:
     """On the CPU under a launcher, before the ``Runner`` is built: start a
-    gloo process group (mmengine then skips its ``init_dist``) and make
-    ``cfg.model_wrapper_cfg`` a DDP wrapper with ``device_ids=None`` and no
-    buffer broadcast before every forward (``SyncBuffersHook`` averages
-    them after each epoch). Returns whether it started the group."""
+    gloo process group (mmengine then skips ``init_dist``); DDP gets
+    ``device_ids=None`` and no buffer broadcast before every forward
+    (``SyncBuffersHook`` averages them after each epoch). True if started."""
     launcher = cfg.get('launcher', 'none')
     if launcher == 'none' or get_device() != 'cpu' or \
             torch_dist.is_initialized():
@@ -93,10 +90,9 @@ def teardown_distributed() -> None:
 
 @contextmanager
 def distributed_context(cfg: Config):
-    """Run the body in a process group that works on the CPU too, and tear
-    it down (any backend) when the body returns or raises
-    ``TrainingPreempted``; after another error a barrier would wait forever
-    for the failed rank, so the launcher stops the others."""
+    """Run the body in a process group (on the CPU too), torn down when it
+    returns or raises ``TrainingPreempted``; after another error a barrier
+    would wait forever for the failed rank: the launcher stops the others."""
     setup_cpu_distributed(cfg)
     launched = cfg.get('launcher', 'none') != 'none'
     try:

@@ -44,9 +44,8 @@ class NonFiniteLossHook(Hook):
 
     def __init__(self, patience: int = 3, enabled: bool = True) -> None:
         if not isinstance(patience, int) or patience < 1:
-            raise ValueError(
-                f'NonFiniteLossHook: patience must be an int >= 1, got '
-                f'{patience!r}')
+            raise ValueError('NonFiniteLossHook: patience must be an int '
+                             f'>= 1, got {patience!r}')
         self.patience = patience
         self.enabled = enabled
         self._in_a_row = 0
@@ -74,10 +73,8 @@ class NonFiniteLossHook(Hook):
         if loss is None or not self.enabled:
             return
         loss = torch.as_tensor(loss).detach()
-        if not _on_any_rank(not bool(torch.isfinite(loss).all())):
-            self._in_a_row = 0
-            return
-        self._in_a_row += 1
+        non_finite = _on_any_rank(not bool(torch.isfinite(loss).all()))
+        self._in_a_row = self._in_a_row + 1 if non_finite else 0
         if self._in_a_row >= self.patience:
             raise self._diverged(
                 runner, f'the loss is {float(loss.float().sum())} for '
@@ -87,8 +84,7 @@ class NonFiniteLossHook(Hook):
         if not self.enabled:
             return
         model = unwrap_model(runner.model)
-        bad = _non_finite(
-            list(model.named_parameters()) + list(model.named_buffers()))
+        bad = _non_finite([*model.named_parameters(), *model.named_buffers()])
         if _on_any_rank(bool(bad)):
             raise self._diverged(
                 runner, 'the weights are not finite at the end of the epoch '

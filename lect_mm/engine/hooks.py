@@ -35,11 +35,10 @@ def set_rng_state(state: dict) -> None:
 class RNGStateHook(Hook):
     """Save the random generators' state in each checkpoint and restore it
     on resume (mmengine re-seeds them): a resumed run ends as one that never
-    stopped. The state at an epoch's end is restored before the next epoch,
-    in an uninterrupted run too (validation then changes nothing), and again
-    once the loader's iterator (which draws a seed, a persistent one in its
-    first epoch only) exists. Persistent workers' state cannot be saved:
-    their sampler must be ``SeededSampler``."""
+    stopped. An epoch's end state is restored before the next epoch (also
+    without a resume: validation changes nothing) and again once the
+    loader's iterator exists (it draws a seed). Persistent workers' state
+    cannot be saved: their sampler must be ``SeededSampler``."""
 
     priority = 'VERY_HIGH'
 
@@ -67,8 +66,7 @@ class RNGStateHook(Hook):
             self._state_epoch = checkpoint.get('meta', {}).get('epoch')
 
     def before_train_epoch(self, runner) -> None:
-        # only the state of the epoch before this one applies (not that of
-        # a load_from checkpoint for fine-tuning)
+        # only the previous epoch's state (not a load_from checkpoint's)
         self._restore_at_first_iter = False
         if self._state is not None and self._state_epoch == runner.epoch:
             set_rng_state(self._state)
@@ -87,9 +85,8 @@ def compile_submodules(model: torch.nn.Module, targets=('backbone', 'neck'),
     DDP) in place, keeping ``state_dict`` keys (no ``_orig_mod.``). A target
     that is None is skipped, a missing one raises; returns those compiled."""
     if not hasattr(torch.nn.Module, 'compile'):
-        raise RuntimeError('Compiling in place needs torch >= 2.2 '
-                           f'(nn.Module.compile); this is torch '
-                           f'{torch.__version__}.')
+        raise RuntimeError('Compiling in place needs torch >= 2.2 (nn.'
+                           f'Module.compile); this is {torch.__version__}.')
     targets = (targets, ) if isinstance(targets, str) else tuple(targets)
     for name in targets:
         if not hasattr(model, name):

@@ -32,8 +32,7 @@ class DeviceAmpOptimWrapper(AmpOptimWrapper):
         print_log(
             'AMP on the CPU: forward passes run under bfloat16 autocast, '
             f'without loss scaling (loss_scale={loss_scale!r} is not used: '
-            "bfloat16 has float32's exponent range).",
-            logger='current')
+            "bfloat16 has float32's exponent range).", logger='current')
 
     def backward(self, loss: torch.Tensor, **kwargs) -> None:
         owner = OptimWrapper if self.loss_scaler is None else AmpOptimWrapper

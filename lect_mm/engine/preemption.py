@@ -1,7 +1,6 @@
 """Stopping a training cleanly on a scheduler's signal (``SIGTERM``, or
-``SIGUSR1`` from ``sbatch --signal=USR1@120``) with a resumable checkpoint,
-and resuming it inside the epoch (docs/cluster.md): ``PreemptionHook`` and
-the loop it needs. Handlers are installed only while ``train()`` runs."""
+``SIGUSR1`` from ``sbatch --signal=USR1@120``) with a resumable checkpoint
+and resuming it inside the epoch (docs/cluster.md): ``PreemptionHook``."""
 import signal
 import threading
 from functools import partial
@@ -27,9 +26,8 @@ DEFAULT_STOP_SIGNALS = ('SIGTERM', 'SIGUSR1')
 
 
 class TrainingPreempted(SystemExit):
-    """A training stopped by a signal, its checkpoint written: a
-    ``SystemExit`` (status 75) with the ``checkpoint`` to resume from, the
-    ``signal``'s name and the ``iteration``s done."""
+    """A training stopped by a signal, its checkpoint written: ``SystemExit``
+    (status 75) with ``checkpoint``, ``signal`` (name) and ``iteration``."""
 
     def __init__(self, message: str, checkpoint: str, signal_name: str,
                  iteration: int) -> None:
@@ -41,10 +39,9 @@ class TrainingPreempted(SystemExit):
 
 
 class StopSignals:
-    """The signals of a ``stop_signals`` value (names such as
-    ``'SIGTERM'`` or ``'TERM'``, numbers, a comma-separated string; None:
-    none), and handlers that only record the first one received and count
-    them: the stop itself happens between two iterations."""
+    """The signals of a ``stop_signals`` value (names such as ``'SIGTERM'``
+    or ``'TERM'``, numbers, a comma-separated string; None: none) and
+    handlers that record the first one received and count them."""
 
     def __init__(self, signals=DEFAULT_STOP_SIGNALS) -> None:
         if isinstance(signals, (int, str)):
@@ -107,8 +104,7 @@ class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
     """mmengine's ``EpochBasedTrainLoop`` that begins its next epoch after
     ``start_at`` iterations (:class:`PreemptionHook` sets it on resume): a
     ``SeededSampler`` skips their samples unloaded (another sampler's batches
-    are loaded and dropped). ``LectRunner`` builds it for ``by_epoch=True``.
-    """
+    are loaded and dropped). ``LectRunner`` builds it for ``by_epoch=True``."""
 
     start_at = 0
 
@@ -126,10 +122,9 @@ class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
                     sampler, 'skip'):
                 sampler.skip(start * batch_sampler.batch_size)
             else:
-                print_log(
-                    f'{type(sampler).__name__} cannot skip samples: the '
-                    f'first {start} batches of this epoch are loaded and '
-                    'dropped.', logger='current')
+                print_log(f'{type(sampler).__name__} cannot skip samples: '
+                          f'the first {start} batches of this epoch are '
+                          'loaded and dropped.', logger='current')
                 batches = islice(batches, start, None)
         for idx, data_batch in enumerate(batches, start):
             self.run_iter(idx, data_batch)
@@ -227,9 +222,8 @@ class PreemptionHook(Hook):
         where = (f'epoch {runner.epoch + 1}, iteration {inner_iter} of '
                  f'{len(loader)}' if inner_iter else
                  f'before epoch {runner.epoch + 1}')
-        message = (
-            f'{name}: stopped after iteration {done} ({where}). '
-            f'Saved {path}; train again with --resume to go on from there.')
+        message = (f'{name}: stopped after iteration {done} ({where}). Saved '
+                   f'{path}; train again with --resume to go on from there.')
         runner.logger.warning(message)
         barrier()  # no rank leaves before rank 0 has written and logged
         self.stop.restore()
@@ -243,9 +237,8 @@ class PreemptionHook(Hook):
             self._resumed = (filename, meta, checkpoint.get('rank_buffers'))
 
     def _resume_inside_epoch(self, runner) -> None:
-        """Go on inside the epoch after ``--resume`` (not ``load_from``,
-        which leaves the loop at 0) from a checkpoint written inside it,
-        given the same data, batch size and number of processes."""
+        """After ``--resume`` (not ``load_from``) from a checkpoint written
+        inside an epoch, go on there, given the same data and processes."""
         resumed, self._resumed = self._resumed, None
         if resumed is None:
             return

@@ -75,9 +75,8 @@ def last_checkpoint_note(runner) -> str:
 
 class _LectRunnerHook(Hook):
     """Raises a log write's error (which logging swallows) after the
-    iteration or before the epoch it happened in; releases the run's
-    resources after ``train``/``val``/``test`` (:meth:`LectRunner.release`).
-    """
+    iteration or before the epoch it happened in; :meth:`LectRunner.release`
+    after ``train``/``val``/``test``."""
 
     priority = 'LOWEST'
 
@@ -120,8 +119,7 @@ class LectRunner(Runner):
             self.logger.handlers = [
                 GuardedFileHandler.replacing(handler)
                 if type(handler) is logging.FileHandler else handler
-                for handler in self.logger.handlers
-            ]
+                for handler in self.logger.handlers]
             silence_known_log_messages(self.logger)
             scope_pretrained_init(self.model)
             stop_signals = self.cfg.get('stop_signals', DEFAULT_STOP_SIGNALS)
@@ -134,8 +132,7 @@ class LectRunner(Runner):
             raise
 
     def setup_env(self, env_cfg: dict) -> None:
-        # Runner.__init__ calls it once the process group exists, before it
-        # writes the log folder and the config copy.
+        # called once the process group exists, before anything is written
         super().setup_env(env_cfg)
         self._work_dir_lock, self._timestamp = _claim_work_dir(
             self._work_dir, self._timestamp,

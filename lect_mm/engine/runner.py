@@ -4,6 +4,7 @@ import itertools
 import logging
 import os
 import os.path as osp
+from contextlib import suppress
 from typing import Optional, Tuple
 
 from mmengine.dist import broadcast_object_list, get_dist_info, master_only
@@ -37,17 +38,18 @@ def _claim_work_dir(work_dir: str, timestamp: str,
             held = WorkDirLock(work_dir).acquire() if lock else None
             for i in itertools.count():
                 name = f'{timestamp}_{i}' if i else timestamp
-                try:
+                with suppress(FileExistsError):
                     os.mkdir(osp.join(work_dir, name))
                     break
-                except FileExistsError:
-                    pass
         except WorkDirInUseError as exc:
             error = str(exc)
-    if get_dist_info()[1] > 1:
-        box = [error, name]
-        broadcast_object_list(box, src=0)
-        error, name = box
+        except BaseException:  # a failed mkdir leaves no lock behind
+            if held is not None:
+                held.release()
+            raise
+    box = [error, name]
+    broadcast_object_list(box, src=0)  # no-op on one process
+    error, name = box
     if error is not None:
         raise WorkDirInUseError(error)
     return held, name
@@ -154,9 +156,8 @@ class LectRunner(Runner):
             lock.release()
 
     def release(self) -> None:
-        """End the built loops' persistent loader workers (else each waits
-        torch's 5 s join timeout), put back the stop-signal handlers and
-        drop the work-dir lock."""
+        """End the loops' persistent loader workers (else each waits torch's
+        5 s join timeout), restore the signal handlers, drop the lock."""
         for loop in (self._train_loop, self._val_loop, self._test_loop):
             loader = getattr(loop, 'dataloader', None)
             iterator = getattr(loader, '_iterator', None)
@@ -210,8 +211,7 @@ class LectRunner(Runner):
     def load_checkpoint(self, filename: str, map_location='cpu',
                         strict: Optional[bool] = None,
                         revise_keys: list = [(r'^module\.', '')]):
-        """``Runner.load_checkpoint``, verified; ``strict=None`` takes the
-        config's ``load_from_strict`` (default True)."""
+        """Verified; ``strict=None`` takes the config's load_from_strict."""
         if strict is None:
             strict = bool(self.cfg.get('load_from_strict', True))
         self.checkpoint_file = filename  # for hooks' messages

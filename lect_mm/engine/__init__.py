@@ -1,11 +1,11 @@
 """lect_mm's engine: the runner, loop, hooks, checkpoint files and errors
-that its runtime config (``configs/_base_/default_runtime.py``) selects.
-``__all__`` is what a config or a user names; the helpers live in their
-modules (``lect_mm.engine.checkpoint_io``, ``.dist``, ``.hooks`` ...)."""
+that ``configs/_base_/default_runtime.py`` selects. ``__all__`` is what a
+config or a user names; helpers stay in their modules."""
 from .checkpoint_checks import CheckpointCheckHook
 from .checkpoint_hook import SafeCheckpointHook
-from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
-                            verify_checkpoint_file)
+from .checkpoint_io import CheckpointError, CheckpointNotFoundError
+from .checkpoint_io import latest_checkpoint as find_resume_checkpoint
+from .checkpoint_io import verify_checkpoint_file
 from .config_check_hook import ConfigCheckHook
 from .config_tree import (ConfigError, ConfigMismatchError,
                           explain_config_errors)
@@ -13,10 +13,10 @@ from .divergence import DivergenceError, NonFiniteLossHook
 from .hooks import CompileModelHook, RNGStateHook
 from .loading import (CheckpointMismatchError, StrictPretrainedInit,
                       load_checkpoint)
-from .loops import LectEpochBasedTrainLoop
 from .optim_wrapper import DeviceAmpOptimWrapper
-from .preemption import PREEMPTED_EXIT_CODE, PreemptionHook, TrainingPreempted
-from .runner import LectRunner, find_resume_checkpoint
+from .preemption import (PREEMPTED_EXIT_CODE, LectEpochBasedTrainLoop,
+                         PreemptionHook, TrainingPreempted)
+from .runner import LectRunner
 from .workdir import WorkDirInUseError
 from .write_errors import DiskFullError
 

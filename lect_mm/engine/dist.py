@@ -1,11 +1,11 @@
-"""Distributed training without CUDA too (gloo on the CPU), and a process
-group destroyed at the end; on an accelerator mmengine's path is kept
-(docs/pitfalls.md: mmengine calls ``torch.cuda.set_device``)."""
-import datetime
+"""Distributed training on the CPU too, its process group destroyed at the
+end: lect_mm starts gloo itself, since mmengine's ``init_dist`` calls
+``torch.cuda.set_device`` (docs/pitfalls.md); accelerators keep mmengine's."""
 import inspect
 import os
 import subprocess
 from contextlib import contextmanager
+from datetime import timedelta
 
 import torch.distributed as torch_dist
 from mmengine.config import Config
@@ -19,8 +19,7 @@ LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
 
 
 def _set_env_from_launcher(launcher: str, port=None) -> None:
-    """Set ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_*`` as mmengine's
-    ``init_dist`` does (torchrun sets them itself)."""
+    """Set ``RANK``, ``WORLD_SIZE``... as mmengine's ``init_dist`` would."""
     env = os.environ
     if launcher == 'slurm':
         env.update(RANK=env['SLURM_PROCID'], WORLD_SIZE=env['SLURM_NTASKS'],
@@ -44,12 +43,10 @@ def _set_env_from_launcher(launcher: str, port=None) -> None:
 
 
 def setup_cpu_distributed(cfg: Config) -> bool:
-    """Before the ``Runner`` is built, on the CPU under a launcher: start a
-    gloo process group (mmengine then skips its ``init_dist``) and make
-    ``model_wrapper_cfg`` (``cfg`` is changed in place) a DDP wrapper with
+    """On the CPU under a launcher, before the ``Runner`` is built: start a
+    gloo process group (mmengine then skips ``init_dist``); DDP gets
     ``device_ids=None`` and no buffer broadcast before every forward
-    (``SyncBuffersHook`` averages buffers after each epoch instead).
-    Returns whether it started the group."""
+    (``SyncBuffersHook`` averages them after each epoch). True if started."""
     launcher = cfg.get('launcher', 'none')
     if launcher == 'none' or get_device() != 'cpu' or \
             torch_dist.is_initialized():
@@ -60,20 +57,21 @@ def setup_cpu_distributed(cfg: Config) -> bool:
     _set_env_from_launcher(launcher, dist_cfg.get('port'))
     kwargs = {}
     if dist_cfg.get('timeout') is not None:
-        kwargs['timeout'] = datetime.timedelta(seconds=dist_cfg['timeout'])
+        kwargs['timeout'] = timedelta(seconds=dist_cfg['timeout'])
     torch_dist.init_process_group(
-        backend='gloo',
-        rank=int(os.environ['RANK']),
-        world_size=int(os.environ['WORLD_SIZE']),
-        **kwargs)
+        backend='gloo', rank=int(os.environ['RANK']),
+        world_size=int(os.environ['WORLD_SIZE']), **kwargs)
 
     wrapper_cfg = cfg.get('model_wrapper_cfg')
     if wrapper_cfg is None:
-        cfg.model_wrapper_cfg = dict(
-            type='MMDistributedDataParallel',
-            device_ids=None,
-            find_unused_parameters=cfg.get('find_unused_parameters', False),
-            **no_buffer_broadcast())
+        # torch deprecates broadcast_buffers where it has forward_sync_buffers
+        ddp_args = inspect.signature(DistributedDataParallel).parameters
+        no_broadcast = 'forward_sync_buffers' if 'forward_sync_buffers' in \
+            ddp_args else 'broadcast_buffers'
+        cfg.model_wrapper_cfg = {
+            'type': 'MMDistributedDataParallel', 'device_ids': None,
+            'find_unused_parameters': cfg.get('find_unused_parameters', False),
+            no_broadcast: False}
     else:
         wrapper_type = MODEL_WRAPPERS.get(
             wrapper_cfg.get('type', 'MMDistributedDataParallel'))
@@ -81,16 +79,6 @@ def setup_cpu_distributed(cfg: Config) -> bool:
                 wrapper_type, DistributedDataParallel):
             wrapper_cfg['device_ids'] = None
     return True
-
-
-def no_buffer_broadcast() -> dict:
-    """DDP's argument against broadcasting rank 0's buffers before every
-    forward: ``forward_sync_buffers=False`` where torch has it (it
-    deprecates ``broadcast_buffers``), else ``broadcast_buffers=False``."""
-    params = inspect.signature(DistributedDataParallel.__init__).parameters
-    if 'forward_sync_buffers' in params:
-        return dict(forward_sync_buffers=False)
-    return dict(broadcast_buffers=False)
 
 
 def teardown_distributed() -> None:
@@ -102,10 +90,9 @@ def teardown_distributed() -> None:
 
 @contextmanager
 def distributed_context(cfg: Config):
-    """Run the body in a process group that works on the CPU too, and tear
-    it down (any backend) when the body returns or raises
-    ``TrainingPreempted``; after another error a barrier would wait forever
-    for the failed rank, so the launcher stops the others."""
+    """Run the body in a process group (on the CPU too), torn down when it
+    returns or raises ``TrainingPreempted``; after another error a barrier
+    would wait forever for the failed rank: the launcher stops the others."""
     setup_cpu_distributed(cfg)
     launched = cfg.get('launcher', 'none') != 'none'
     try:

@@ -18,11 +18,8 @@ class DivergenceError(RuntimeError):
 
 def _non_finite(tensors) -> list:
     """The names of the floating-point tensors that are not finite."""
-    return [
-        name for name, t in tensors
-        if torch.is_tensor(t) and t.is_floating_point()
-        and not bool(torch.isfinite(t).all())
-    ]
+    return [name for name, t in tensors if torch.is_tensor(t)
+            and t.is_floating_point() and not torch.isfinite(t).all()]
 
 
 def _on_any_rank(flag: bool) -> bool:
@@ -38,26 +35,22 @@ class NonFiniteLossHook(Hook):
     and last checkpoint) after ``patience`` non-finite losses in a row (more
     than 1 tolerates mixed precision's odd overflow, which the loss scaler
     skips), at the end of an epoch with non-finite weights, and before a
-    checkpoint of such weights is written; the ranks decide together.
+    checkpoint of such weights is written; the ranks decide together. Off:
+    ``enabled=False`` (mmengine accepts None only for its own hooks)."""
 
-    Priority 65: after ``LoggerHook``, before ``ParamSchedulerHook`` (the
-    learning rate named is the one used) and ``CheckpointHook``. Off:
-    ``enabled=False`` (mmengine accepts None only for its own hooks).
-    """
-
+    # after LoggerHook, before ParamSchedulerHook (the learning rate named
+    # is the one used) and CheckpointHook
     priority = 65
 
     def __init__(self, patience: int = 3, enabled: bool = True) -> None:
         if not isinstance(patience, int) or patience < 1:
-            raise ValueError(
-                f'NonFiniteLossHook: patience must be an int >= 1, got '
-                f'{patience!r}')
+            raise ValueError('NonFiniteLossHook: patience must be an int '
+                             f'>= 1, got {patience!r}')
         self.patience = patience
         self.enabled = enabled
         self._in_a_row = 0
 
-    def _diverged(self, runner, what: str,
-                  iteration: int) -> DivergenceError:
+    def _diverged(self, runner, what: str, iteration: int):
         """The error; ``iteration`` counts from 1, as in the log."""
         where = f'iteration {iteration}'
         if getattr(runner.train_loop, 'max_epochs', None) is not None:
@@ -74,19 +67,14 @@ class NonFiniteLossHook(Hook):
             '(optim_wrapper.clip_grad); default_hooks.non_finite_loss.'
             'patience sets how many non-finite losses in a row stop the run.')
 
-    def after_train_iter(self,
-                         runner,
-                         batch_idx: int,
-                         data_batch=None,
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs: Optional[dict] = None) -> None:
         loss = (outputs or {}).get('loss')
         if loss is None or not self.enabled:
             return
         loss = torch.as_tensor(loss).detach()
-        if not _on_any_rank(not bool(torch.isfinite(loss).all())):
-            self._in_a_row = 0
-            return
-        self._in_a_row += 1
+        non_finite = _on_any_rank(not bool(torch.isfinite(loss).all()))
+        self._in_a_row = self._in_a_row + 1 if non_finite else 0
         if self._in_a_row >= self.patience:
             raise self._diverged(
                 runner, f'the loss is {float(loss.float().sum())} for '
@@ -96,8 +84,7 @@ class NonFiniteLossHook(Hook):
         if not self.enabled:
             return
         model = unwrap_model(runner.model)
-        bad = _non_finite(
-            list(model.named_parameters()) + list(model.named_buffers()))
+        bad = _non_finite([*model.named_parameters(), *model.named_buffers()])
         if _on_any_rank(bool(bad)):
             raise self._diverged(
                 runner, 'the weights are not finite at the end of the epoch '

@@ -1,5 +1,5 @@
-"""Hooks: exact resume (``RNGStateHook``) and in-place compilation of the
-model's heavy submodules (``CompileModelHook``)."""
+"""Exact resume (``RNGStateHook``) and compiling the model's heavy
+submodules in place (``CompileModelHook``)."""
 import random
 from typing import Optional
 
@@ -14,18 +14,16 @@ from .plain_state import from_plain
 
 def get_rng_state() -> dict:
     """The state of every global random generator a training step may use."""
-    state = dict(
-        python=random.getstate(),
-        numpy=np.random.get_state(),
-        torch=torch.get_rng_state())
+    state = dict(python=random.getstate(), numpy=np.random.get_state(),
+                 torch=torch.get_rng_state())
     if torch.cuda.is_available():
         state['cuda'] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: dict) -> None:
-    """Restore a state of :func:`get_rng_state` (its tensors may come back
-    on a GPU, where ``Runner.resume`` maps the checkpoint)."""
+    """Restore :func:`get_rng_state`'s state (``Runner.resume`` may have
+    mapped its tensors to a GPU)."""
     random.setstate(state['python'])
     np.random.set_state(state['numpy'])
     torch.set_rng_state(state['torch'].cpu())
@@ -36,15 +34,11 @@ def set_rng_state(state: dict) -> None:
 @HOOKS.register_module()
 class RNGStateHook(Hook):
     """Save the random generators' state in each checkpoint and restore it
-    on resume, where mmengine re-seeds them: a resumed run ends as one that
-    never stopped.
-
-    The state at an epoch's end is restored before the next epoch, in an
-    uninterrupted run too (validation then changes nothing), and again
-    before its first iteration, once the loader's iterator (which draws a
-    seed, a persistent one in its first epoch only) exists. Persistent
-    workers' state cannot be saved: their sampler must be ``SeededSampler``.
-    """
+    on resume (mmengine re-seeds them): a resumed run ends as one that never
+    stopped. An epoch's end state is restored before the next epoch (also
+    without a resume: validation changes nothing) and again once the
+    loader's iterator exists (it draws a seed). Persistent workers' state
+    cannot be saved: their sampler must be ``SeededSampler``."""
 
     priority = 'VERY_HIGH'
 
@@ -72,8 +66,7 @@ class RNGStateHook(Hook):
             self._state_epoch = checkpoint.get('meta', {}).get('epoch')
 
     def before_train_epoch(self, runner) -> None:
-        # only the state of the epoch before this one applies (not that of
-        # a load_from checkpoint for fine-tuning)
+        # only the previous epoch's state (not a load_from checkpoint's)
         self._restore_at_first_iter = False
         if self._state is not None and self._state_epoch == runner.epoch:
             set_rng_state(self._state)
@@ -86,37 +79,31 @@ class RNGStateHook(Hook):
             self._restore_at_first_iter = False
 
 
-def compile_submodules(model: torch.nn.Module,
-                       targets=('backbone', 'neck'),
+def compile_submodules(model: torch.nn.Module, targets=('backbone', 'neck'),
                        **compile_kwargs) -> list:
     """``nn.Module.compile`` the submodules ``targets`` of ``model`` (not
-    wrapped in DDP) in place: module tree and ``state_dict`` keys stay as
-    they are (no ``_orig_mod.`` prefix). A target that is None on the model
-    is skipped, a missing one raises; returns the names compiled."""
+    DDP) in place, keeping ``state_dict`` keys (no ``_orig_mod.``). A target
+    that is None is skipped, a missing one raises; returns those compiled."""
     if not hasattr(torch.nn.Module, 'compile'):
-        raise RuntimeError('Compiling in place needs torch >= 2.2 '
-                           f'(nn.Module.compile); this is torch '
-                           f'{torch.__version__}.')
+        raise RuntimeError('Compiling in place needs torch >= 2.2 (nn.'
+                           f'Module.compile); this is {torch.__version__}.')
     targets = (targets, ) if isinstance(targets, str) else tuple(targets)
-    compiled = []
     for name in targets:
         if not hasattr(model, name):
             raise AttributeError(
                 f'{type(model).__name__} has no submodule {name!r} to '
                 f'compile (targets={targets}).')
-        if getattr(model, name) is not None:
-            getattr(model, name).compile(**compile_kwargs)
-            compiled.append(name)
+    compiled = [name for name in targets if getattr(model, name) is not None]
+    for name in compiled:
+        getattr(model, name).compile(**compile_kwargs)
     return compiled
 
 
 @HOOKS.register_module()
 class CompileModelHook(Hook):
     """:func:`compile_submodules` ``targets`` with ``compile_kwargs`` (of
-    ``torch.compile``) once per run. ``tools/train.py`` turns a config's
-    ``compile=True`` (or ``dict(...)``) into this hook instead of mmengine's
-    compilation of the whole ``train_step`` (docs/pitfalls.md).
-    """
+    ``torch.compile``) once per run: ``tools/train.py`` turns ``compile=True``
+    into it, not mmengine's compiled ``train_step`` (docs/pitfalls.md)."""
 
     priority = 'VERY_HIGH'
 
@@ -129,6 +116,5 @@ class CompileModelHook(Hook):
                                       self.targets, **self.compile_kwargs)
         runner.logger.info(
             f'torch.compile({self.compile_kwargs or ""}) on '
-            f'{", ".join(compiled)}: the first iterations, and the first one '
-            'of any new input shape (a smaller last batch without '
-            'drop_last), compile and are slow.')
+            f'{", ".join(compiled)}: the first iterations, and the first of '
+            'a new input shape (a smaller last batch), compile and are slow.')

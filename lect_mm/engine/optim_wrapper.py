@@ -10,13 +10,10 @@ from mmpretrain.registry import OPTIM_WRAPPERS
 
 @OPTIM_WRAPPERS.register_module()
 class DeviceAmpOptimWrapper(AmpOptimWrapper):
-    """``AmpOptimWrapper`` (same arguments) that also runs on the CPU, where
-    mmengine's refuses to be built (``tools/train.py --amp`` selects it).
-
-    On the CPU forward passes run under bfloat16 autocast (the only
-    ``dtype`` there), which has float32's exponent range: no loss scaler
-    (``loss_scaler`` is None, ``loss_scale`` unused), and a log line says so.
-    """
+    """``AmpOptimWrapper`` (same arguments; ``tools/train.py --amp``) that
+    also runs on the CPU, where mmengine's refuses to be built: bfloat16
+    autocast (float32's exponent range), so no loss scaler (``loss_scaler``
+    is None, ``loss_scale`` unused), and a log line says so."""
 
     def __init__(self,
                  loss_scale: Union[str, float, dict] = 'dynamic',
@@ -31,13 +28,11 @@ class DeviceAmpOptimWrapper(AmpOptimWrapper):
                 "on the CPU, choose from [None, 'bfloat16']")
         OptimWrapper.__init__(self, **kwargs)
         self.loss_scaler = None
-        self._scale_update_param = None
         self.cast_dtype = torch.bfloat16
         print_log(
             'AMP on the CPU: forward passes run under bfloat16 autocast, '
             f'without loss scaling (loss_scale={loss_scale!r} is not used: '
-            "bfloat16 has float32's exponent range).",
-            logger='current')
+            "bfloat16 has float32's exponent range).", logger='current')
 
     def backward(self, loss: torch.Tensor, **kwargs) -> None:
         owner = OptimWrapper if self.loss_scaler is None else AmpOptimWrapper

@@ -1,21 +1,23 @@
 """Stopping a training cleanly on a scheduler's signal (``SIGTERM``, or
-``SIGUSR1`` from ``sbatch --signal=USR1@120``) with a resumable checkpoint,
-and resuming it inside the epoch (docs/cluster.md). The handlers are
-installed only while ``train()`` runs; importing lect_mm installs none."""
+``SIGUSR1`` from ``sbatch --signal=USR1@120``) with a resumable checkpoint
+and resuming it inside the epoch (docs/cluster.md): ``PreemptionHook``."""
 import signal
 import threading
+from functools import partial
+from itertools import islice
 from typing import Optional
 
 import torch
 from mmengine.dist import all_reduce, barrier, gather_object
 from mmengine.hooks import Hook
-from mmpretrain.registry import HOOKS
-from torch.utils.data import DataLoader
+from mmengine.logging import print_log
+from mmengine.runner import EpochBasedTrainLoop
+from mmpretrain.registry import HOOKS, LOOPS
+from torch.utils.data import BatchSampler, DataLoader
 
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import CheckpointError
 from .loading import unwrap_model
-from .loops import LectEpochBasedTrainLoop
 
 #: Exit status of a training stopped by a signal after writing its
 #: checkpoint (``EX_TEMPFAIL``: try again later, with ``--resume``).
@@ -24,10 +26,8 @@ DEFAULT_STOP_SIGNALS = ('SIGTERM', 'SIGUSR1')
 
 
 class TrainingPreempted(SystemExit):
-    """A training stopped by a signal, its checkpoint written: a
-    ``SystemExit`` (status :data:`PREEMPTED_EXIT_CODE`) with the
-    ``checkpoint`` to resume from, the ``signal``'s name and the
-    ``iteration``s done."""
+    """A training stopped by a signal, its checkpoint written: ``SystemExit``
+    (status 75) with ``checkpoint``, ``signal`` (name) and ``iteration``."""
 
     def __init__(self, message: str, checkpoint: str, signal_name: str,
                  iteration: int) -> None:
@@ -39,16 +39,13 @@ class TrainingPreempted(SystemExit):
 
 
 class StopSignals:
-    """The signals of a ``stop_signals`` value (names such as
-    ``'SIGTERM'`` or ``'TERM'``, numbers, a comma-separated string; None:
-    none), and handlers that only record the first one received and count
-    them: the stop itself happens between two iterations."""
+    """The signals of a ``stop_signals`` value (names such as ``'SIGTERM'``
+    or ``'TERM'``, numbers, a comma-separated string; None: none) and
+    handlers that record the first one received and count them."""
 
     def __init__(self, signals=DEFAULT_STOP_SIGNALS) -> None:
-        if isinstance(signals, int):
-            signals = [signals]
-        elif isinstance(signals, str):
-            signals = signals.split(',')
+        if isinstance(signals, (int, str)):
+            signals = str(signals).split(',')
         self.signals = []
         for item in signals or ():
             item = item.strip() if isinstance(item, str) else str(int(item))
@@ -68,43 +65,71 @@ class StopSignals:
                 self.signals.append(sig)
         self.received: Optional[int] = None
         self.count = 0
-        self._previous = {}
+        self.installed = {}  # the handlers they replaced, by signal
 
     def _handler(self, signum, frame) -> None:
         self.received = self.received or signum
         self.count += 1
 
     def install(self) -> bool:
-        """Install the handlers; False (none installed) outside the main
-        thread, where Python cannot."""
+        """Install the handlers; False outside the main thread (none)."""
         if threading.current_thread() is not threading.main_thread():
             return False
+        self.received, self.count = None, 0
         for sig in self.signals:
-            self._previous[sig] = signal.signal(sig, self._handler)
+            self.installed[sig] = signal.signal(sig, self._handler)
         return True
 
     def restore(self) -> None:
         """Put back the handlers that were there before :meth:`install`."""
-        previous, self._previous = self._previous, {}
+        previous, self.installed = self.installed, {}
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
-class IgnoreStopSignals:
-    """A loader's ``worker_init_fn``: a worker forked while
-    :class:`StopSignals` is installed ignores them (a scheduler signals
-    workers too, which would die of it), then ``init_fn`` runs."""
+def _ignore_stop_signals(init_fn, worker_id: int) -> None:
+    """A loader's ``worker_init_fn`` (with ``partial``): a worker forked
+    while :class:`StopSignals` is installed ignores them (a scheduler
+    signals workers too, which would die of it), then ``init_fn`` runs."""
+    for sig in signal.valid_signals():
+        handler = signal.getsignal(sig)
+        if isinstance(getattr(handler, '__self__', None), StopSignals):
+            signal.signal(sig, signal.SIG_IGN)
+    if init_fn is not None:
+        init_fn(worker_id)
 
-    def __init__(self, init_fn=None) -> None:
-        self.init_fn = init_fn
 
-    def __call__(self, worker_id: int) -> None:
-        for sig in signal.valid_signals():
-            handler = signal.getsignal(sig)
-            if isinstance(getattr(handler, '__self__', None), StopSignals):
-                signal.signal(sig, signal.SIG_IGN)
-        if self.init_fn is not None:
-            self.init_fn(worker_id)
+@LOOPS.register_module()
+class LectEpochBasedTrainLoop(EpochBasedTrainLoop):
+    """mmengine's ``EpochBasedTrainLoop`` that begins its next epoch after
+    ``start_at`` iterations (:class:`PreemptionHook` sets it on resume): a
+    ``SeededSampler`` skips their samples unloaded (another sampler's batches
+    are loaded and dropped). ``LectRunner`` builds it for ``by_epoch=True``."""
+
+    start_at = 0
+
+    def run_epoch(self) -> None:
+        self.runner.call_hook('before_train_epoch')  # it sees start_at
+        start, self.start_at = self.start_at, 0
+        self.runner.model.train()
+        batches = self.dataloader
+        if start:
+            batch_sampler = getattr(batches, 'batch_sampler', None)
+            sampler = getattr(batch_sampler, 'sampler', None)
+            if start >= len(batches):
+                batches = ()  # an iterator would draw from torch's RNG
+            elif isinstance(batch_sampler, BatchSampler) and hasattr(
+                    sampler, 'skip'):
+                sampler.skip(start * batch_sampler.batch_size)
+            else:
+                print_log(f'{type(sampler).__name__} cannot skip samples: '
+                          f'the first {start} batches of this epoch are '
+                          'loaded and dropped.', logger='current')
+                batches = islice(batches, start, None)
+        for idx, data_batch in enumerate(batches, start):
+            self.run_iter(idx, data_batch)
+        self.runner.call_hook('after_train_epoch')
+        self._epoch += 1
 
 
 def _processes(n: int) -> str:
@@ -114,28 +139,23 @@ def _processes(n: int) -> str:
 @HOOKS.register_module()
 class PreemptionHook(Hook):
     """Stop a training cleanly on a signal (``stop_signals``: what
-    :class:`StopSignals` accepts); resume it inside the epoch.
-
-    While ``train()`` runs the signals are recorded and loader workers
-    ignore them. After each iteration and before an epoch that follows
-    another, the ranks agree whether one got a signal; if so the
-    ``SafeCheckpointHook`` saves ``iter_{N}.pth`` (with each rank's
-    buffers: DDP averages BatchNorm statistics only at an epoch's end) and
-    :class:`TrainingPreempted` is raised. A run that cannot stop so says
-    why in its log; the signals then keep their usual effect.
-    """
+    :class:`StopSignals` accepts) and resume it inside the epoch. While
+    ``train()`` runs, the signals are recorded and loader workers ignore
+    them; after each iteration and before an epoch that follows another,
+    the ranks agree whether one got a signal; if so ``SafeCheckpointHook``
+    saves ``iter_{N}.pth`` (with each rank's buffers: DDP averages BatchNorm
+    statistics only at an epoch's end) and :class:`TrainingPreempted` is
+    raised. A run that cannot stop so says why in its log."""
 
     priority = 'LOWEST'  # an iteration's other hooks (its checkpoint) first
 
     def __init__(self, stop_signals=DEFAULT_STOP_SIGNALS) -> None:
-        self.signals = StopSignals(stop_signals).signals
-        self.stop: Optional[StopSignals] = None  # installed ones
+        self.stop = StopSignals(stop_signals)
         self._resumed = None  # (file, meta, rank_buffers) inside an epoch
-        self._resumed_epoch = False  # the epoch goes on: no check before it
 
     def before_train(self, runner) -> None:
         self._resume_inside_epoch(runner)
-        if not self.signals:
+        if not self.stop.signals:
             return
         missing = []
         if not isinstance(runner.train_loop, LectEpochBasedTrainLoop):
@@ -143,37 +163,28 @@ class PreemptionHook(Hook):
                            'by_epoch=True, ...) or LectEpochBasedTrainLoop)')
         if not any(isinstance(h, SafeCheckpointHook) for h in runner.hooks):
             missing.append('a SafeCheckpointHook (default_hooks.checkpoint)')
-        stop = StopSignals(self.signals)
-        if not missing and not stop.install():
+        if not missing and not self.stop.install():
             missing.append('to run in the main thread')
         if missing:
+            names = ', '.join(s.name for s in self.stop.signals)
             runner.logger.warning(
-                f'stop_signals: {", ".join(s.name for s in self.signals)} '
-                'keep their usual effect in this run (it ends without a '
-                'checkpoint): stopping cleanly needs '
+                f'stop_signals: {names} keep their usual effect in this run '
+                '(it ends without a checkpoint): stopping cleanly needs '
                 f'{" and ".join(missing)}.')
             return
-        self.stop = stop
         for loop in (runner.train_loop, runner.val_loop):
             loader = getattr(loop, 'dataloader', None)
-            if isinstance(loader, DataLoader) and loader.num_workers > 0 \
-                    and not isinstance(loader.worker_init_fn,
-                                       IgnoreStopSignals):
-                loader.worker_init_fn = IgnoreStopSignals(
-                    loader.worker_init_fn)
+            init_fn = getattr(loader, 'worker_init_fn', None)
+            if isinstance(loader, DataLoader) and loader.num_workers > 0 and \
+                    getattr(init_fn, 'func', None) is not _ignore_stop_signals:
+                loader.worker_init_fn = partial(_ignore_stop_signals, init_fn)
 
     def after_train(self, runner) -> None:
-        self.restore()
-
-    def restore(self) -> None:
-        """Put back the signal handlers the run found."""
-        if self.stop is not None:
-            self.stop.restore()
-            self.stop = None
+        self.stop.restore()
 
     def before_train_epoch(self, runner) -> None:
-        resumed, self._resumed_epoch = self._resumed_epoch, False
-        if not resumed and runner.iter > 0:
+        # not before the first epoch, nor one that goes on after a resume
+        if runner.iter > 0 and not getattr(runner.train_loop, 'start_at', 0):
             self._stop_if_requested(runner, 0, runner.iter)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
@@ -184,7 +195,7 @@ class PreemptionHook(Hook):
     def _stop_if_requested(self, runner, inner_iter: int, done: int) -> None:
         """If a rank got a signal, save the checkpoint after ``done``
         iterations (``inner_iter`` of this epoch) and stop (every rank)."""
-        if self.stop is None:
+        if not self.stop.installed:
             return
         signum = torch.tensor([self.stop.received or 0], dtype=torch.int32)
         all_reduce(signum, op='max')  # no-op on one process
@@ -197,14 +208,12 @@ class PreemptionHook(Hook):
                     world_size=runner.world_size, stop_signal=signal_name)
         extra = None
         if runner.world_size > 1:
-            buffers = {
-                key: buffer.detach().cpu().clone()
-                for key, buffer in unwrap_model(runner.model).named_buffers()
-            }
-            extra = dict(rank_buffers=gather_object(buffers, dst=0))
-        checkpoint_hook = next(hook for hook in runner.hooks
-                               if isinstance(hook, SafeCheckpointHook))
-        path = checkpoint_hook.save_stop_checkpoint(runner, meta, extra)
+            buffers = unwrap_model(runner.model).named_buffers()
+            extra = dict(rank_buffers=gather_object(
+                {key: b.detach().cpu().clone() for key, b in buffers}, dst=0))
+        saver = next(h for h in runner.hooks
+                     if isinstance(h, SafeCheckpointHook))
+        path = saver.save_stop_checkpoint(runner, meta, extra)
         name = signal_name
         if self.stop.received is None:
             name += ' (received by another rank)'
@@ -213,26 +222,23 @@ class PreemptionHook(Hook):
         where = (f'epoch {runner.epoch + 1}, iteration {inner_iter} of '
                  f'{len(loader)}' if inner_iter else
                  f'before epoch {runner.epoch + 1}')
-        message = (
-            f'{name}: stopped after iteration {done} ({where}). '
-            f'Saved {path}; train again with --resume to go on from there.')
+        message = (f'{name}: stopped after iteration {done} ({where}). Saved '
+                   f'{path}; train again with --resume to go on from there.')
         runner.logger.warning(message)
         barrier()  # no rank leaves before rank 0 has written and logged
-        self.restore()
+        self.stop.restore()
         raise TrainingPreempted(message, str(path), signal_name, done)
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         meta = checkpoint.get('meta') or {}
         self._resumed = None
         if meta.get('inner_iter'):
-            filename = getattr(runner, 'checkpoint_file', None) or \
-                'the checkpoint'
+            filename = getattr(runner, 'checkpoint_file', 'the checkpoint')
             self._resumed = (filename, meta, checkpoint.get('rank_buffers'))
 
     def _resume_inside_epoch(self, runner) -> None:
-        """Go on inside the epoch after ``--resume`` (not ``load_from``,
-        which leaves the loop at 0) from a checkpoint written inside it,
-        given the same data, batch size and number of processes."""
+        """After ``--resume`` (not ``load_from``) from a checkpoint written
+        inside an epoch, go on there, given the same data and processes."""
         resumed, self._resumed = self._resumed, None
         if resumed is None:
             return
@@ -260,10 +266,8 @@ class PreemptionHook(Hook):
                 f'{type(runner.train_loop).__name__}, cannot resume inside '
                 'an epoch (LectEpochBasedTrainLoop can: train_cfg = dict('
                 'by_epoch=True, ...)).')
-        runner.train_loop.start_epoch_at(inner_iter)
-        self._resumed_epoch = True
-        if rank_buffers is not None and \
-                len(rank_buffers) == runner.world_size:
+        runner.train_loop.start_at = inner_iter
+        if len(rank_buffers or ()) == runner.world_size:
             module = unwrap_model(runner.model)
             with torch.no_grad():
                 for key, value in rank_buffers[runner.rank].items():

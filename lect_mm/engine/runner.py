@@ -4,7 +4,8 @@ import itertools
 import logging
 import os
 import os.path as osp
-from typing import Optional
+from contextlib import suppress
+from typing import Optional, Tuple
 
 from mmengine.dist import broadcast_object_list, get_dist_info, master_only
 from mmengine.hooks import Hook
@@ -19,62 +20,54 @@ from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
 from .config_check_hook import ConfigCheckHook
 from .loading import (RUNNER_OPT_OUT, load_state_dict_checked,
                       scope_pretrained_init, state_dict_of, unwrap_model)
-from .loops import LectEpochBasedTrainLoop
-from .preemption import DEFAULT_STOP_SIGNALS, PreemptionHook
+from .preemption import (DEFAULT_STOP_SIGNALS, LectEpochBasedTrainLoop,
+                         PreemptionHook)
 from .workdir import WorkDirInUseError, WorkDirLock
 from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
 
-#: ``--resume``'s name for :func:`~lect_mm.engine.checkpoint_io.
-#: latest_checkpoint`: the latest intact checkpoint of a work dir.
-find_resume_checkpoint = latest_checkpoint
 
-
-def _from_rank0(value):
-    """Rank 0's ``value``, on every rank."""
-    if get_dist_info()[1] > 1:
-        box = [value]
-        broadcast_object_list(box, src=0)
-        value = box[0]
-    return value
-
-
-def _lock_work_dir(work_dir: str) -> Optional[WorkDirLock]:
-    """Rank 0 takes the lock; every rank raises if it could not (none is
-    left waiting in a collective for a rank that stopped)."""
-    lock, error = None, None
+def _claim_work_dir(work_dir: str, timestamp: str,
+                    lock: bool) -> Tuple[Optional[WorkDirLock], str]:
+    """Rank 0 takes the work-dir lock (if ``lock``) and creates the log
+    folder ``<work_dir>/<timestamp>`` (``<timestamp>_1``... if it exists);
+    every rank gets its name, or raises if the lock was taken (none is left
+    waiting in a collective for a rank that stopped)."""
+    held, error, name = None, None, None
     if get_dist_info()[0] == 0:
         try:
-            lock = WorkDirLock(work_dir).acquire()
+            held = WorkDirLock(work_dir).acquire() if lock else None
+            for i in itertools.count():
+                name = f'{timestamp}_{i}' if i else timestamp
+                with suppress(FileExistsError):
+                    os.mkdir(osp.join(work_dir, name))
+                    break
         except WorkDirInUseError as exc:
             error = str(exc)
-    error = _from_rank0(error)
+        except BaseException:  # a failed mkdir leaves no lock behind
+            if held is not None:
+                held.release()
+            raise
+    box = [error, name]
+    broadcast_object_list(box, src=0)  # no-op on one process
+    error, name = box
     if error is not None:
         raise WorkDirInUseError(error)
-    return lock
+    return held, name
 
 
-def _claim_log_dir(work_dir: str, timestamp: str) -> str:
-    """Rank 0 creates the run's log folder, ``<work_dir>/<timestamp>``, or
-    ``<timestamp>_1``, ``_2`` ... if it exists; every rank gets its name."""
-    name = None
-    if get_dist_info()[0] == 0:
-        for i in itertools.count():
-            name = f'{timestamp}_{i}' if i else timestamp
-            try:
-                os.mkdir(osp.join(work_dir, name))
-            except FileExistsError:
-                continue
-            break
-    return _from_rank0(name)
+def _checkpoint_dir(runner) -> Optional[str]:
+    """Its ``SafeCheckpointHook``'s folder (None: the work dir)."""
+    for hook in getattr(runner, 'hooks', ()):
+        if isinstance(hook, SafeCheckpointHook):
+            return hook.checkpoint_dir(runner)
+    return None
 
 
 def last_checkpoint_note(runner) -> str:
     """What a run stopped by an error says of its last checkpoint."""
-    checkpoint_dir = getattr(runner, 'checkpoint_dir', None)
     try:
-        latest = latest_checkpoint(
-            runner.work_dir,
-            checkpoint_dir=checkpoint_dir() if checkpoint_dir else None)
+        latest = latest_checkpoint(runner.work_dir,
+                                   checkpoint_dir=_checkpoint_dir(runner))
     except CheckpointError as problem:
         return f'none of its checkpoints is resumable as it is ({problem})'
     if latest is None:
@@ -84,18 +77,16 @@ def last_checkpoint_note(runner) -> str:
 
 class _LectRunnerHook(Hook):
     """Raises a log write's error (which logging swallows) after the
-    iteration or before the epoch it happened in; releases the run's
-    resources after ``train``/``val``/``test`` (:meth:`LectRunner.release`).
-    """
+    iteration or before the epoch it happened in; :meth:`LectRunner.release`
+    after ``train``/``val``/``test``."""
 
     priority = 'LOWEST'
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,
                          outputs=None) -> None:
         for handler in runner.logger.handlers:
-            error = getattr(handler, 'error', None)
-            if isinstance(handler, GuardedFileHandler) and error is not None:
-                raise error
+            if isinstance(handler, GuardedFileHandler) and handler.error:
+                raise handler.error
 
     def before_train_epoch(self, runner) -> None:
         self.after_train_iter(runner, None)
@@ -106,49 +97,31 @@ class _LectRunnerHook(Hook):
 
 @RUNNERS.register_module()
 class LectRunner(Runner):
-    """mmengine's ``Runner`` (same arguments), selected by
-    ``configs/_base_/default_runtime.py``, with what is local to its run:
-    verified, strict checkpoint loading (also for ``init_cfg=dict(type=
-    'Pretrained')``), a locked work dir and a log folder of its
-    own, a log that raises a full disk's error (``DiskFullError``, naming
-    the last intact checkpoint), :meth:`release` when ``train``/``val``/
-    ``test`` returns, a ``LectEpochBasedTrainLoop`` for ``train_cfg =
-    dict(by_epoch=True, ...)``, and ``ConfigCheckHook``,
-    ``CheckpointCheckHook`` and ``PreemptionHook`` unless the config has
-    them. Config keys besides the ``Runner``'s:
-
-    - ``load_from_strict`` (True): a checkpoint that does not fit the model
-      stops ``load_from``, ``--resume`` and ``tools/test.py``; False loads
-      what fits, with a warning.
-    - ``resume_intact`` (False; ``--resume-intact``): ``--resume`` takes the
-      newest intact checkpoint when the latest one is damaged.
-    - ``lock_work_dir`` (True; off in ``tools/test.py``): hold a
-      ``WorkDirLock`` (rank 0; every rank raises if it is taken).
-    - ``log_dir_only`` (False; ``tools/test.py`` sets it): the config copy
-      goes into the run's log folder (``<work_dir>/<timestamp>[_1...]``),
-      so the run writes nothing outside it.
-    - ``stop_signals`` (``['SIGTERM', 'SIGUSR1']``; None: off): see
-      ``PreemptionHook``.
-    - ``resume_schedule`` (``'config'``): see ``CheckpointCheckHook``.
-    """
+    """mmengine's ``Runner`` (same arguments) with what is local to its run
+    (docs/architecture.md): verified, strict checkpoint loading, a locked
+    work dir, its own log folder, a log that raises a full disk's error,
+    :meth:`release` when ``train``/``val``/``test`` returns, a
+    ``LectEpochBasedTrainLoop`` for ``train_cfg = dict(by_epoch=True, ...)``
+    and lect_mm's checking and preemption hooks. Its config keys:
+    ``load_from_strict`` (True; False loads what fits, with a warning),
+    ``resume_intact`` (False; ``--resume`` skips a damaged latest
+    checkpoint), ``lock_work_dir`` (True), ``log_dir_only`` (False; the
+    config copy goes into the log folder), ``stop_signals``
+    (``PreemptionHook``), ``resume_schedule`` (``CheckpointCheckHook``)."""
 
     def __init__(self, *args, **kwargs):
-        # {path: (file identity, digest)} of the checkpoint --resume found
-        # intact: its load does not verify it again
-        self._verified = {}
+        self._verified = {}  # what --resume found intact: not verified again
         try:
             super().__init__(*args, **kwargs)
             loop = self._train_loop
             if isinstance(loop, dict) and 'type' not in loop and \
                     loop.get('by_epoch', False):
-                self._train_loop = {k: v for k, v in loop.items()
-                                    if k != 'by_epoch'}
-                self._train_loop['type'] = LectEpochBasedTrainLoop
+                self._train_loop = dict(loop, type=LectEpochBasedTrainLoop)
+                del self._train_loop['by_epoch']
             self.logger.handlers = [
                 GuardedFileHandler.replacing(handler)
                 if type(handler) is logging.FileHandler else handler
-                for handler in self.logger.handlers
-            ]
+                for handler in self.logger.handlers]
             silence_known_log_messages(self.logger)
             scope_pretrained_init(self.model)
             stop_signals = self.cfg.get('stop_signals', DEFAULT_STOP_SIGNALS)
@@ -161,18 +134,15 @@ class LectRunner(Runner):
             raise
 
     def setup_env(self, env_cfg: dict) -> None:
-        # Runner.__init__ calls it once the process group exists, before it
-        # writes the log folder and the config copy.
+        # called once the process group exists, before anything is written
         super().setup_env(env_cfg)
-        self._work_dir_lock = None
-        if self.cfg.get('lock_work_dir', True):
-            self._work_dir_lock = _lock_work_dir(self._work_dir)
-        self._timestamp = _claim_log_dir(self._work_dir, self._timestamp)
+        self._work_dir_lock, self._timestamp = _claim_work_dir(
+            self._work_dir, self._timestamp,
+            self.cfg.get('lock_work_dir', True))
 
     @master_only
     def dump_config(self) -> None:
-        """Dump the config to ``work_dir``, or to the run's log folder with
-        ``log_dir_only``."""
+        """Dump the config to ``work_dir`` (``log_dir_only``: log folder)."""
         if not self.cfg.get('log_dir_only', False):
             return super().dump_config()
         filename = osp.basename(self.cfg.filename) if self.cfg.filename \
@@ -186,10 +156,8 @@ class LectRunner(Runner):
             lock.release()
 
     def release(self) -> None:
-        """End the persistent workers of the built loops' loaders (a later
-        loop starts new ones; the garbage collector would wait torch's 5 s
-        join timeout for each), put back the stop-signal handlers and drop
-        the work-dir lock."""
+        """End the loops' persistent loader workers (else each waits torch's
+        5 s join timeout), restore the signal handlers, drop the lock."""
         for loop in (self._train_loop, self._val_loop, self._test_loop):
             loader = getattr(loop, 'dataloader', None)
             iterator = getattr(loader, '_iterator', None)
@@ -198,16 +166,8 @@ class LectRunner(Runner):
                 loader._iterator = None
         for hook in self.hooks:
             if isinstance(hook, PreemptionHook):
-                hook.restore()
+                hook.stop.restore()
         self.release_work_dir()
-
-    def checkpoint_dir(self) -> str:
-        """Where this run's checkpoints are: its
-        :class:`SafeCheckpointHook`'s folder, else the work dir."""
-        for hook in self.hooks:
-            if isinstance(hook, SafeCheckpointHook):
-                return hook.checkpoint_dir(self)
-        return self.work_dir
 
     def train(self):
         try:
@@ -234,7 +194,7 @@ class LectRunner(Runner):
         if resume_from is None:
             resume_from = latest_checkpoint(
                 self.work_dir, bool(self.cfg.get('resume_intact', False)),
-                self.logger, self.checkpoint_dir(), self._verified)
+                self.logger, _checkpoint_dir(self), self._verified)
             if resume_from is None:
                 self.logger.warning(
                     f'--resume: nothing to resume in {self.work_dir} (no '
@@ -246,16 +206,12 @@ class LectRunner(Runner):
                 osp.expanduser(str(resume_from))):
             raise CheckpointNotFoundError(
                 f'--resume {resume_from}: this checkpoint does not exist.')
-        self.resume(resume_from)
-        self._has_loaded = True
+        self.resume(resume_from)  # load_checkpoint sets _has_loaded
 
-    def load_checkpoint(self,
-                        filename: str,
-                        map_location='cpu',
+    def load_checkpoint(self, filename: str, map_location='cpu',
                         strict: Optional[bool] = None,
                         revise_keys: list = [(r'^module\.', '')]):
-        """``Runner.load_checkpoint``, verified; ``strict=None`` takes the
-        config's ``load_from_strict`` (default True)."""
+        """Verified; ``strict=None`` takes the config's load_from_strict."""
         if strict is None:
             strict = bool(self.cfg.get('load_from_strict', True))
         self.checkpoint_file = filename  # for hooks' messages

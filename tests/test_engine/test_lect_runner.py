@@ -76,8 +76,26 @@ def test_every_rank_raises_when_rank_0_finds_the_dir_taken(
     monkeypatch.setattr(runner_module, 'get_dist_info', lambda: (1, 2))
     monkeypatch.setattr(runner_module, 'broadcast_object_list', broadcast)
     with pytest.raises(WorkDirInUseError, match='pid 1'):
-        runner_module._lock_work_dir(str(tmp_path))
+        runner_module._claim_work_dir(str(tmp_path), 'run', True)
     assert not os.listdir(tmp_path)
+
+
+def test_a_failed_log_folder_leaves_the_work_dir_unlocked(
+        tmp_path, monkeypatch):
+    mkdir = os.mkdir
+
+    def full_disk(path, *args):
+        if osp.basename(path) == 'run':  # the log folder, not the lock's
+            raise OSError(28, 'No space left on device', path)
+        mkdir(path, *args)
+
+    monkeypatch.setattr(runner_module.os, 'mkdir', full_disk)
+    with pytest.raises(OSError, match='No space left') as info:
+        runner_module._claim_work_dir(str(tmp_path), 'run', True)
+    monkeypatch.undo()
+    # free while the error (and its traceback's frames) is still held
+    WorkDirLock(str(tmp_path)).acquire().release()
+    assert info.value.errno == 28
 
 
 def test_forked_children_do_not_keep_the_work_dir_locked(tmp_path):

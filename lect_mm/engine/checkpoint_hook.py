@@ -10,9 +10,8 @@ from mmengine.hooks import CheckpointHook
 from mmpretrain.registry import HOOKS
 
 from .checkpoint_io import (ATOMIC_BACKEND, LAST_CHECKPOINT, CheckpointError,
-                            atomic_write, remove_stale_temporaries,
-                            verify_checkpoint_file)
-from .plain_state import from_plain, to_plain
+                            atomic_write, from_plain, remove_stale_temporaries,
+                            to_plain, verify_checkpoint_file)
 from .workdir import is_inside, own_file
 
 #: The message hub's entries that record a checkpoint's path (and

@@ -8,8 +8,8 @@ import torch
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
 
+from .checkpoint_io import from_plain
 from .loading import unwrap_model
-from .plain_state import from_plain
 
 
 def get_rng_state() -> dict:

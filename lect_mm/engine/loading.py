@@ -134,10 +134,6 @@ def load_checkpoint(model,
     value), strict by default, reading the file with
     :func:`~lect_mm.engine.checkpoint_io.load_checkpoint_verified`."""
     checkpoint = load_checkpoint_verified(filename, map_location)
-    if not isinstance(checkpoint, dict):
-        raise CheckpointError(
-            f'Checkpoint {filename} holds a {type(checkpoint).__name__}, '
-            'not a dict of weights.')
     load_state_dict_checked(
         model, state_dict_of(checkpoint, revise_keys),
         f'Checkpoint {filename}', strict, LOAD_CHECKPOINT_OPT_OUT,

@@ -218,10 +218,6 @@ class LectRunner(Runner):
         verified, self._verified = self._verified, {}
         checkpoint = load_checkpoint_verified(filename, map_location,
                                               verified)
-        if not isinstance(checkpoint, dict):
-            raise CheckpointError(
-                f'Checkpoint {filename} holds a {type(checkpoint).__name__}, '
-                'not a dict of weights.')
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         load_state_dict_checked(unwrap_model(self.model),
                                 state_dict_of(checkpoint, revise_keys),

@@ -84,9 +84,6 @@ def compile_submodules(model: torch.nn.Module, targets=('backbone', 'neck'),
     """``nn.Module.compile`` the submodules ``targets`` of ``model`` (not
     DDP) in place, keeping ``state_dict`` keys (no ``_orig_mod.``). A target
     that is None is skipped, a missing one raises; returns those compiled."""
-    if not hasattr(torch.nn.Module, 'compile'):
-        raise RuntimeError('Compiling in place needs torch >= 2.2 (nn.'
-                           f'Module.compile); this is {torch.__version__}.')
     targets = (targets, ) if isinstance(targets, str) else tuple(targets)
     for name in targets:
         if not hasattr(model, name):

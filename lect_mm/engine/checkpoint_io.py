@@ -367,7 +367,7 @@ def latest_checkpoint(work_dir: str,
     none). If it is missing or damaged, the newest intact one is named in
     a :class:`CheckpointError`, or taken with ``take_intact``
     (``--resume-intact``). ``verified`` gets ``{path: (file_identity,
-    digest)}`` of the returned file, for :func:`load_checkpoint_file`."""
+    digest)}`` of the returned file, for :func:`load_checkpoint_verified`."""
 
     def intact(path):
         digest = verify_checkpoint_file(path)

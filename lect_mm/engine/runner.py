@@ -13,11 +13,10 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 from lect_mm._warnings import silence_known_log_messages
-from .checkpoint_checks import CheckpointCheckHook
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
                             latest_checkpoint, load_checkpoint_verified)
-from .config_check_hook import ConfigCheckHook
+from .config_check_hook import CheckpointCheckHook, ConfigCheckHook
 from .loading import (RUNNER_OPT_OUT, load_state_dict_checked,
                       scope_pretrained_init, state_dict_of, unwrap_model)
 from .preemption import (DEFAULT_STOP_SIGNALS, LectEpochBasedTrainLoop,

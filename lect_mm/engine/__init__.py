@@ -8,8 +8,8 @@ from .checkpoint_io import verify_checkpoint_file
 from .config_check_hook import CheckpointCheckHook, ConfigCheckHook
 from .config_tree import (ConfigError, ConfigMismatchError,
                           explain_config_errors)
-from .divergence import DivergenceError, NonFiniteLossHook
-from .hooks import CompileModelHook, RNGStateHook
+from .hooks import (CompileModelHook, DivergenceError, NonFiniteLossHook,
+                    RNGStateHook)
 from .loading import (CheckpointMismatchError, StrictPretrainedInit,
                       load_checkpoint)
 from .optim_wrapper import DeviceAmpOptimWrapper

@@ -18,6 +18,13 @@ from .hooks import get_rng_state, set_rng_state
 from .loading import unwrap_model
 
 
+def _class_list(metainfo) -> Optional[list]:
+    """The ``classes`` of a data set's metainfo (or a checkpoint's
+    ``dataset_meta``) as a list, or None."""
+    classes = (metainfo or {}).get('classes')
+    return list(classes) if classes else None
+
+
 def _labels(dataset) -> Optional[np.ndarray]:
     """The integer labels of a data set, or None when it cannot say
     (wrappers, unlabelled or very large data)."""
@@ -161,13 +168,10 @@ class ConfigCheckHook(Hook):
 
     @staticmethod
     def _check_classes(model, cfg: dict, loaders: list) -> None:
-        datasets = []  # (name, dataset, classes or None, labels or None)
-        for name, loader in loaders:
-            classes = (getattr(loader.dataset, 'metainfo', None)
-                       or {}).get('classes')
-            datasets.append((f'{name}.dataset', loader.dataset,
-                             list(classes) if classes else None,
-                             _labels(loader.dataset)))
+        # (name, dataset, classes or None, labels or None)
+        datasets = [(f'{name}.dataset', loader.dataset,
+                     _class_list(getattr(loader.dataset, 'metainfo', None)),
+                     _labels(loader.dataset)) for name, loader in loaders]
         listed = [d for d in datasets if d[2] is not None]
         for other in listed[1:]:
             if other[2] != listed[0][2]:
@@ -189,10 +193,9 @@ class ConfigCheckHook(Hook):
                 ('head.loss.num_classes', getattr(head, 'loss_module', None))):
             value = getattr(owner, 'num_classes', None)
             if isinstance(value, int) and not isinstance(value, bool):
-                written = [k for k in ('model.' + key, key)
-                           if lookup(cfg, k) == value]
-                settings.append((written[0] if written else 'model.' + key,
-                                 value))
+                written = next((k for k in ('model.' + key, key)
+                                if lookup(cfg, k) == value), 'model.' + key)
+                settings.append((written, value))
         if not settings:
             return
         told = ' and '.join(f'{k}={v}' for k, v in settings)
@@ -336,10 +339,9 @@ class CheckpointCheckHook(Hook):
         training = bool(built_loaders(runner, ('train', )))
         resuming = training and bool(getattr(runner, '_resume', False))
         meta = checkpoint.get('meta') or {}
-        classes = (meta.get('dataset_meta') or {}).get('classes')
         # Classes are checked once the weights are in (a head that does not
         # fit is the clearer message), before the first iteration.
-        self._loaded = (filename, list(classes) if classes else None,
+        self._loaded = (filename, _class_list(meta.get('dataset_meta')),
                         training, resuming)
         if resuming:
             self._check_schedule(runner, checkpoint, filename)
@@ -356,12 +358,10 @@ class CheckpointCheckHook(Hook):
         self._loaded = None
         splits = ('test', 'val', 'train') if saved else ()
         for name, loader in built_loaders(runner, splits):
-            dataset = getattr(loader, 'dataset', None)
-            classes = (getattr(dataset, 'metainfo', None) or {}).get('classes')
-            if not classes or list(classes) == saved:
+            classes = _class_list(getattr(loader.dataset, 'metainfo', None))
+            if classes in (None, saved):
                 continue
-            classes = list(classes)
-            what = f'{name}.dataset ({type(dataset).__name__})'
+            what = f'{name}.dataset ({type(loader.dataset).__name__})'
             difference = class_difference(
                 'the checkpoint', saved, what, classes, _listed,
                 lambda i: f'output {i} of the model means {saved[i]!r} but '

@@ -123,10 +123,12 @@ setup(
     # Ranges, not pins: a user with their own torch or the full ``mmcv``
     # keeps it. ``mmcv`` itself is not listed because either ``mmcv-lite``
     # or ``mmcv`` (2.x < 2.4) provides the ``mmcv`` module; requirements/
-    # runtime.txt pins the tested set.
+    # runtime.txt pins the tested set. torch 2.6 is the first whose
+    # ``torch.load`` defaults to ``weights_only=True``, which checkpoint
+    # loading relies on (lect_mm.engine.checkpoint_io).
     install_requires=[
-        'torch>=2.0',
-        'torchvision>=0.15',
+        'torch>=2.6',
+        'torchvision>=0.21',
         'mmengine>=0.10,<1.0',
         'mmpretrain>=1.1,<1.3',
         'einops>=0.6',

@@ -1,16 +1,15 @@
 """lect_mm's engine: the runner, loop, hooks, checkpoint files and errors
 that ``configs/_base_/default_runtime.py`` selects. ``__all__`` is what a
 config or a user names; helpers stay in their modules."""
-from .checkpoint_checks import CheckpointCheckHook
 from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import CheckpointError, CheckpointNotFoundError
 from .checkpoint_io import latest_checkpoint as find_resume_checkpoint
 from .checkpoint_io import verify_checkpoint_file
-from .config_check_hook import ConfigCheckHook
+from .config_check_hook import CheckpointCheckHook, ConfigCheckHook
 from .config_tree import (ConfigError, ConfigMismatchError,
                           explain_config_errors)
-from .divergence import DivergenceError, NonFiniteLossHook
-from .hooks import CompileModelHook, RNGStateHook
+from .hooks import (CompileModelHook, DivergenceError, NonFiniteLossHook,
+                    RNGStateHook)
 from .loading import (CheckpointMismatchError, StrictPretrainedInit,
                       load_checkpoint)
 from .optim_wrapper import DeviceAmpOptimWrapper

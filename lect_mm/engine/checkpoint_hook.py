@@ -1,5 +1,6 @@
 """``SafeCheckpointHook``: mmengine's ``CheckpointHook`` that never leaves a
-partial checkpoint and never deletes the last good one."""
+partial checkpoint and never deletes the last good one; what a stopped run
+says of its last checkpoint (:func:`last_checkpoint_note`)."""
 import os.path as osp
 import re
 from contextlib import contextmanager
@@ -10,9 +11,9 @@ from mmengine.hooks import CheckpointHook
 from mmpretrain.registry import HOOKS
 
 from .checkpoint_io import (ATOMIC_BACKEND, LAST_CHECKPOINT, CheckpointError,
-                            atomic_write, remove_stale_temporaries,
+                            atomic_write, from_plain, latest_checkpoint,
+                            remove_stale_temporaries, to_plain,
                             verify_checkpoint_file)
-from .plain_state import from_plain, to_plain
 from .workdir import is_inside, own_file
 
 #: The message hub's entries that record a checkpoint's path (and
@@ -220,3 +221,23 @@ class SafeCheckpointHook(CheckpointHook):
         written = (self._best_paths() | {self.last_ckpt}) - {None}
         self._remove_outdated(runner, deferred.queued + [stop_ckpt],
                               sorted(written))
+
+
+def checkpoint_dir_of(runner) -> Optional[str]:
+    """Its ``SafeCheckpointHook``'s folder (None: the work dir)."""
+    for hook in getattr(runner, 'hooks', ()):
+        if isinstance(hook, SafeCheckpointHook):
+            return hook.checkpoint_dir(runner)
+    return None
+
+
+def last_checkpoint_note(runner) -> str:
+    """What a run stopped by an error says of its last checkpoint."""
+    try:
+        latest = latest_checkpoint(runner.work_dir,
+                                   checkpoint_dir=checkpoint_dir_of(runner))
+    except CheckpointError as problem:
+        return f'none of its checkpoints is resumable as it is ({problem})'
+    if latest is None:
+        return 'no checkpoint was written before it stopped'
+    return f'its last checkpoint, {latest}, is intact'

@@ -1,9 +1,10 @@
-"""Checkpoint files written atomically with a SHA-256 digest record, verified
-on load, and the latest intact checkpoint of a work dir (by training
-progress, never by a file name's number). The digest,
-``<archive>/lect_mm_sha256``, covers every other record of the torch zip
-archive; ``torch.load`` reads only the records its pickle names, so the file
-still loads with ``torch.load(weights_only=True)`` (docs/architecture.md).
+"""Checkpoint files written atomically with a SHA-256 digest record and
+mmengine's runtime state as plain data, verified on load, and the latest
+intact checkpoint of a work dir (by training progress, never by a file
+name's number). The digest, ``<archive>/lect_mm_sha256``, covers every other
+record of the torch zip archive; ``torch.load`` reads only the records its
+pickle names, so the file still loads with ``torch.load(weights_only=True)``
+without lect_mm (docs/architecture.md).
 """
 import hashlib
 import io
@@ -14,15 +15,16 @@ import os.path as osp
 import pickle
 import re
 import zipfile
+from collections import OrderedDict
 from contextlib import suppress
 from typing import List, Optional
 
+import numpy as np
 import torch
 from mmengine.fileio import LocalBackend, register_backend
-from mmengine.logging import print_log
+from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import _load_checkpoint
 
-from .plain_state import from_plain
 from .workdir import is_inside, own_file
 from .write_errors import DiskFullError, is_disk_full
 
@@ -147,6 +149,59 @@ class AtomicLocalBackend(LocalBackend):
         atomic_write(filepath, add_digest(obj))
 
 
+# -------------------------------------------------------------- plain data
+PLAIN_TAG = '__lect_mm_plain__'  # marks an encoded object; its value: the kind
+_NUMERIC_KINDS = 'biuf'
+
+
+def _map_container(obj, fn):
+    """``fn`` applied to the items of a dict, list or tuple; ``obj`` itself
+    when no item changed (nothing shared with the live run is copied)."""
+    if type(obj) in (dict, OrderedDict):
+        items = [(key, fn(value)) for key, value in obj.items()]
+        changed = any(new is not obj[key] for key, new in items)
+    elif type(obj) in (list, tuple):
+        items = [fn(value) for value in obj]
+        changed = any(new is not old for new, old in zip(items, obj))
+    else:
+        return obj
+    return type(obj)(items) if changed else obj
+
+
+def to_plain(obj):
+    """``obj`` with HistoryBuffers and numeric numpy values as tagged dicts
+    of Python numbers (bit-exact): no safe globals needed to load them."""
+    if isinstance(obj, HistoryBuffer):
+        log_history, count_history = obj.data
+        return {PLAIN_TAG: 'HistoryBuffer',
+                'log_history': to_plain(log_history),
+                'count_history': to_plain(count_history),
+                'max_length': int(obj.max_length)}
+    if isinstance(obj, (np.ndarray, np.generic)) and \
+            obj.dtype.kind in _NUMERIC_KINDS:
+        kind = 'ndarray' if isinstance(obj, np.ndarray) else 'scalar'
+        return {PLAIN_TAG: kind, 'dtype': obj.dtype.str, 'data': obj.tolist()}
+    return _map_container(obj, to_plain)
+
+
+def from_plain(obj):
+    """Undo :func:`to_plain`; anything else is returned unchanged."""
+    if not (isinstance(obj, dict) and PLAIN_TAG in obj):
+        return _map_container(obj, from_plain)
+    kind = obj[PLAIN_TAG]
+    if kind == 'HistoryBuffer':
+        return HistoryBuffer(
+            from_plain(obj['log_history']),
+            from_plain(obj['count_history']), obj['max_length'])
+    if kind not in ('ndarray', 'scalar'):
+        raise ValueError(f'unknown {PLAIN_TAG} kind {kind!r}')
+    dtype = np.dtype(obj['dtype'])
+    if dtype.kind not in _NUMERIC_KINDS:
+        raise ValueError(f'not a numeric numpy dtype: {dtype}')
+    array = np.array(obj['data'], dtype=dtype)
+    return array if kind == 'ndarray' else array[()]
+
+
 # ----------------------------------------------------------------- reading
 def verify_checkpoint_file(path: str) -> Optional[str]:
     """Raise :class:`CheckpointError` naming the local file ``path`` if it
@@ -196,13 +251,11 @@ def file_identity(path: str) -> tuple:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def load_checkpoint_file(filename: str, map_location=None,
-                         verified: Optional[dict] = None):
+def _load_local(filename: str, map_location, verified: Optional[dict]):
     """:func:`verify_checkpoint_file` (unless ``verified``, from
     :func:`latest_checkpoint`, has the file unchanged), then ``torch.load``
     (``weights_only``: torch's default; its opt-out for trusted files is
-    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``) and ``from_plain``."""
-    filename = osp.expanduser(os.fspath(filename))
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``)."""
     known = (verified or {}).get(filename)
     if known and osp.isfile(filename) and file_identity(filename) == known[0]:
         digest = known[1]
@@ -228,23 +281,29 @@ def load_checkpoint_file(filename: str, map_location=None,
             f'Checkpoint {filename} carries no lect_mm digest (converted or '
             'third-party weights, or written by another tool); its content '
             'is loaded unverified.', logger='current', level=logging.INFO)
-    return from_plain(checkpoint)
+    return checkpoint
 
 
 def load_checkpoint_verified(filename: str, map_location=None,
-                             verified: Optional[dict] = None):
-    """Load a checkpoint from any path: a local file with
-    :func:`load_checkpoint_file`; an ``http(s)://`` URL into torch's hub
-    cache, with torch.load's default ``weights_only`` too (mmengine's HTTP
-    loader unpickles anything); other prefixes (``s3://``...) with
-    mmengine's loader."""
-    filename = os.fspath(filename)
+                             verified: Optional[dict] = None) -> dict:
+    """The checkpoint dict at any path, plain data decoded: a local file
+    with :func:`_load_local`; an ``http(s)://`` URL into torch's hub cache,
+    with torch.load's default ``weights_only`` too (mmengine's HTTP loader
+    unpickles anything); other prefixes (``s3://``...) with mmengine's
+    loader. Anything but a dict raises :class:`CheckpointError`."""
+    filename = osp.expanduser(os.fspath(filename))
     if filename.startswith(('http://', 'https://')):
-        return from_plain(torch.hub.load_state_dict_from_url(
-            filename, map_location=map_location, weights_only=None))
-    if '://' in filename:
-        return _load_checkpoint(filename, map_location=map_location)
-    return load_checkpoint_file(filename, map_location, verified)
+        checkpoint = torch.hub.load_state_dict_from_url(
+            filename, map_location=map_location, weights_only=None)
+    elif '://' in filename:
+        checkpoint = _load_checkpoint(filename, map_location=map_location)
+    else:
+        checkpoint = _load_local(filename, map_location, verified)
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(
+            f'Checkpoint {filename} holds a {type(checkpoint).__name__}, '
+            'not a dict of weights.')
+    return from_plain(checkpoint)
 
 
 # ------------------------------------------- the latest checkpoint of a run
@@ -308,7 +367,7 @@ def latest_checkpoint(work_dir: str,
     none). If it is missing or damaged, the newest intact one is named in
     a :class:`CheckpointError`, or taken with ``take_intact``
     (``--resume-intact``). ``verified`` gets ``{path: (file_identity,
-    digest)}`` of the returned file, for :func:`load_checkpoint_file`."""
+    digest)}`` of the returned file, for :func:`load_checkpoint_verified`."""
 
     def intact(path):
         digest = verify_checkpoint_file(path)

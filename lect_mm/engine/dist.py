@@ -55,12 +55,11 @@ def setup_cpu_distributed(cfg: Config) -> bool:
     dist_cfg = dict(env_cfg.get('dist_cfg') or {}, backend='gloo')
     cfg.env_cfg = dict(env_cfg, dist_cfg=dist_cfg)
     _set_env_from_launcher(launcher, dist_cfg.get('port'))
-    kwargs = {}
-    if dist_cfg.get('timeout') is not None:
-        kwargs['timeout'] = timedelta(seconds=dist_cfg['timeout'])
+    timeout = dist_cfg.get('timeout')
     torch_dist.init_process_group(
         backend='gloo', rank=int(os.environ['RANK']),
-        world_size=int(os.environ['WORLD_SIZE']), **kwargs)
+        world_size=int(os.environ['WORLD_SIZE']),
+        timeout=None if timeout is None else timedelta(seconds=timeout))
 
     wrapper_cfg = cfg.get('model_wrapper_cfg')
     if wrapper_cfg is None:

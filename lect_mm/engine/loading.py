@@ -27,7 +27,7 @@ PRETRAINED_OPT_OUT = (
     "To load only the weights that fit, add `strict=False` to this "
     "init_cfg, or select the part that fits with `prefix='backbone.'`.")
 
-#: torch's size mismatch message, and how :func:`describe_mismatch` puts it
+#: torch's size mismatch message, and how a mismatch's description puts it
 _SIZE_MISMATCH = re.compile(
     r'\s*size mismatch for (?P<key>\S+): copying a param with shape '
     r'torch\.Size\((?P<ckpt>\[.*?\])\) from checkpoint, the shape in '
@@ -83,23 +83,20 @@ def load_state_dict_collecting(module, state_dict
     return missing, unexpected, errors
 
 
-def describe_mismatch(missing, unexpected, errors) -> str:
-    """One line: how many keys of each kind, and the first three."""
-    shapes = [_SIZE_MISMATCH.sub(_SHAPES, e).strip() for e in errors]
-    kinds = [('missing key(s) in the checkpoint', missing),
-             ('unexpected key(s)', unexpected),
-             ('size mismatch(es) or other error(s)', shapes)]
-    return '; '.join(
-        f'{len(keys)} {kind} ({", ".join(keys[:3])}'
-        f'{", ..." if len(keys) > 3 else ""})' for kind, keys in kinds if keys)
-
-
 def load_state_dict_checked(module, state_dict, source: str, strict: bool,
                             opt_out: str, logger='current') -> None:
     """Load ``state_dict``; what does not fit raises (``strict``) or warns,
-    naming ``source`` (``'Checkpoint PATH'``) and ``opt_out``."""
-    mismatch = describe_mismatch(
-        *load_state_dict_collecting(module, state_dict))
+    naming ``source`` (``'Checkpoint PATH'``), how many keys of each kind
+    and the first three, and ``opt_out``."""
+    missing, unexpected, errors = load_state_dict_collecting(module,
+                                                             state_dict)
+    kinds = [('missing key(s) in the checkpoint', missing),
+             ('unexpected key(s)', unexpected),
+             ('size mismatch(es) or other error(s)',
+              [_SIZE_MISMATCH.sub(_SHAPES, e).strip() for e in errors])]
+    mismatch = '; '.join(
+        f'{len(keys)} {kind} ({", ".join(keys[:3])}'
+        f'{", ..." if len(keys) > 3 else ""})' for kind, keys in kinds if keys)
     if not mismatch:
         return
     text = f'{source} does not fit the model ({type(module).__name__}): ' \
@@ -134,10 +131,6 @@ def load_checkpoint(model,
     value), strict by default, reading the file with
     :func:`~lect_mm.engine.checkpoint_io.load_checkpoint_verified`."""
     checkpoint = load_checkpoint_verified(filename, map_location)
-    if not isinstance(checkpoint, dict):
-        raise CheckpointError(
-            f'Checkpoint {filename} holds a {type(checkpoint).__name__}, '
-            'not a dict of weights.')
     load_state_dict_checked(
         model, state_dict_of(checkpoint, revise_keys),
         f'Checkpoint {filename}', strict, LOAD_CHECKPOINT_OPT_OUT,

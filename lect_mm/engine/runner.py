@@ -13,11 +13,10 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
 from lect_mm._warnings import silence_known_log_messages
-from .checkpoint_checks import CheckpointCheckHook
-from .checkpoint_hook import SafeCheckpointHook
-from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
-                            latest_checkpoint, load_checkpoint_verified)
-from .config_check_hook import ConfigCheckHook
+from .checkpoint_hook import checkpoint_dir_of, last_checkpoint_note
+from .checkpoint_io import (CheckpointNotFoundError, latest_checkpoint,
+                            load_checkpoint_verified)
+from .config_check_hook import CheckpointCheckHook, ConfigCheckHook
 from .loading import (RUNNER_OPT_OUT, load_state_dict_checked,
                       scope_pretrained_init, state_dict_of, unwrap_model)
 from .preemption import (DEFAULT_STOP_SIGNALS, LectEpochBasedTrainLoop,
@@ -53,26 +52,6 @@ def _claim_work_dir(work_dir: str, timestamp: str,
     if error is not None:
         raise WorkDirInUseError(error)
     return held, name
-
-
-def _checkpoint_dir(runner) -> Optional[str]:
-    """Its ``SafeCheckpointHook``'s folder (None: the work dir)."""
-    for hook in getattr(runner, 'hooks', ()):
-        if isinstance(hook, SafeCheckpointHook):
-            return hook.checkpoint_dir(runner)
-    return None
-
-
-def last_checkpoint_note(runner) -> str:
-    """What a run stopped by an error says of its last checkpoint."""
-    try:
-        latest = latest_checkpoint(runner.work_dir,
-                                   checkpoint_dir=_checkpoint_dir(runner))
-    except CheckpointError as problem:
-        return f'none of its checkpoints is resumable as it is ({problem})'
-    if latest is None:
-        return 'no checkpoint was written before it stopped'
-    return f'its last checkpoint, {latest}, is intact'
 
 
 class _LectRunnerHook(Hook):
@@ -194,7 +173,7 @@ class LectRunner(Runner):
         if resume_from is None:
             resume_from = latest_checkpoint(
                 self.work_dir, bool(self.cfg.get('resume_intact', False)),
-                self.logger, _checkpoint_dir(self), self._verified)
+                self.logger, checkpoint_dir_of(self), self._verified)
             if resume_from is None:
                 self.logger.warning(
                     f'--resume: nothing to resume in {self.work_dir} (no '
@@ -218,10 +197,6 @@ class LectRunner(Runner):
         verified, self._verified = self._verified, {}
         checkpoint = load_checkpoint_verified(filename, map_location,
                                               verified)
-        if not isinstance(checkpoint, dict):
-            raise CheckpointError(
-                f'Checkpoint {filename} holds a {type(checkpoint).__name__}, '
-                'not a dict of weights.')
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         load_state_dict_checked(unwrap_model(self.model),
                                 state_dict_of(checkpoint, revise_keys),

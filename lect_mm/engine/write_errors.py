@@ -23,10 +23,9 @@ class DiskFullError(OSError):
     """A write failed on a full disk (or quota): an ``OSError`` with the
     failed write's ``errno`` and the path as ``filename``."""
 
-    def __init__(self, path: Optional[str], cause: Optional[OSError] = None,
+    def __init__(self, path: Optional[str], cause: OSError,
                  what: str = '') -> None:
-        code = cause.errno if is_disk_full(cause) else errno.ENOSPC
-        super().__init__(code, os.strerror(code), path)
+        super().__init__(cause.errno, os.strerror(cause.errno), path)
         self.what = what
 
     def __str__(self) -> str:

@@ -16,11 +16,10 @@ from tiny_run_utils import tiny_cfg
 from lect_mm.engine import checkpoint_io
 from lect_mm.engine.checkpoint_io import (CheckpointError,
                                           CheckpointNotFoundError, add_digest,
-                                          atomic_write, load_checkpoint_file,
+                                          atomic_write, from_plain,
                                           load_checkpoint_verified,
-                                          remove_stale_temporaries,
+                                          remove_stale_temporaries, to_plain,
                                           verify_checkpoint_file)
-from lect_mm.engine.plain_state import from_plain, to_plain
 
 
 @pytest.fixture(scope='module')
@@ -148,7 +147,15 @@ def test_missing_checkpoint_is_named(tmp_path):
     with pytest.raises(CheckpointNotFoundError, match='nope.pth'):
         load_checkpoint_verified(path)
     with pytest.raises(FileNotFoundError):
-        load_checkpoint_file(path)
+        load_checkpoint_verified(path)
+
+
+def test_checkpoint_that_is_no_dict_is_named(tmp_path):
+    from lect_mm.engine import load_checkpoint
+    path = str(tmp_path / 'list.pth')
+    torch.save([torch.ones(2)], path)
+    with pytest.raises(CheckpointError, match='list.pth holds a list, not a'):
+        load_checkpoint(torch.nn.Linear(2, 2), path)
 
 
 def test_file_without_digest_still_loads(tmp_path, largest_tensor_record):

@@ -23,7 +23,7 @@ from mmengine.logging import MMLogger
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
-from lect_mm.engine.config_check_hook import explain_empty_epoch
+from lect_mm.engine.checks import explain_empty_epoch
 from lect_mm.engine.config_tree import (MISSING, ConfigError,
                                         ConfigMismatchError, as_dict,
                                         explain_config_errors, find_class,

@@ -5,7 +5,7 @@ from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import CheckpointError, CheckpointNotFoundError
 from .checkpoint_io import latest_checkpoint as find_resume_checkpoint
 from .checkpoint_io import verify_checkpoint_file
-from .config_check_hook import CheckpointCheckHook, ConfigCheckHook
+from .checks import CheckpointCheckHook, ConfigCheckHook
 from .config_tree import (ConfigError, ConfigMismatchError,
                           explain_config_errors)
 from .hooks import (CompileModelHook, DivergenceError, NonFiniteLossHook,

@@ -16,7 +16,7 @@ from lect_mm._warnings import silence_known_log_messages
 from .checkpoint_hook import checkpoint_dir_of, last_checkpoint_note
 from .checkpoint_io import (CheckpointNotFoundError, latest_checkpoint,
                             load_checkpoint_verified)
-from .config_check_hook import CheckpointCheckHook, ConfigCheckHook
+from .checks import CheckpointCheckHook, ConfigCheckHook
 from .loading import (RUNNER_OPT_OUT, load_state_dict_checked,
                       scope_pretrained_init, state_dict_of, unwrap_model)
 from .preemption import (DEFAULT_STOP_SIGNALS, LectEpochBasedTrainLoop,

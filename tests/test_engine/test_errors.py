@@ -353,7 +353,7 @@ def test_without_class_lists_the_settings_must_agree():
 def test_empty_epoch_names_size_batch_ranks_and_drop_last():
     from torch.utils.data import DataLoader
 
-    from lect_mm.engine.config_check_hook import empty_epoch_problem
+    from lect_mm.engine.checks import empty_epoch_problem
     assert empty_epoch_problem(
         'train_dataloader', DataLoader(list(range(3)), batch_size=4)) is None
     assert empty_epoch_problem(

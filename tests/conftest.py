@@ -221,12 +221,16 @@ _config_files = _ReadEachConfigFileOnce()
 
 
 def pytest_collectstart(collector):
-    """Before the first test module is imported (test_every_config reads
-    every config at collection): read each config file once. Only a
-    process that collects (a pytest-xdist worker, not its controller)
-    gets here, so the controller does not import mmengine."""
+    """Before the first test module is imported: read each config file
+    once (test_every_config reads every config at collection), and no
+    garbage collection until collection ends (importing torch, mmengine
+    and mmpretrain starts full collections of what is being imported;
+    :func:`pytest_collection_finish` runs one). Only a process that
+    collects (a pytest-xdist worker, not its controller) gets here, so the
+    controller does not import mmengine."""
     if not hasattr(_config_files, 'read'):
         _config_files.install()
+        gc.disable()
 
 
 def pytest_unconfigure(config):
@@ -321,6 +325,22 @@ def pytest_collection_finish(session):
     constants collection created to the permanent generation; everything a
     test creates is still collected as usual.
     """
+    gc.collect()
+    gc.freeze()
+    gc.enable()
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each test, as after collection: collect its garbage and move
+    what outlives it (modules imported on first use such as torch._dynamo,
+    matplotlib and scipy, caches, session fixtures) to the permanent
+    generation. Otherwise those pile up, and every full collection of a
+    later test (mmengine's, or Python's own) walks them again: a seventh of
+    the suite.s time went to such collections. What a test creates is
+    collected as usual while it runs, and this collection walks only what
+    the test left behind."""
+    yield
     gc.collect()
     gc.freeze()
 

@@ -5,7 +5,6 @@ import os.path as osp
 import sys
 
 import pytest
-import segmentation_models_pytorch as smp
 import timm
 import torch
 
@@ -25,6 +24,8 @@ SEGMENTERS = {
 
 
 def test_smp_timm_encoder_segments():
+    # imported here, not at collection in every pytest worker
+    import segmentation_models_pytorch as smp
     torch.manual_seed(0)
     x = torch.randn(1, 3, 64, 64)
     for arch, kwargs in SEGMENTERS.items():

@@ -337,7 +337,7 @@ def pytest_runtest_teardown(item, nextitem):
     matplotlib and scipy, caches, session fixtures) to the permanent
     generation. Otherwise those pile up, and every full collection of a
     later test (mmengine's, or Python's own) walks them again: a seventh of
-    the suite.s time went to such collections. What a test creates is
+    the suite's time went to such collections. What a test creates is
     collected as usual while it runs, and this collection walks only what
     the test left behind."""
     yield

@@ -7,9 +7,9 @@ import os
 import os.path as osp
 import random
 import signal
-import subprocess
 import sys
 import textwrap
+import traceback
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ from mmengine.hooks import Hook
 from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
 from tiny_run_utils import (TINY_CONFIG, final_state, logged_losses, tiny_cfg,
-                            tiny_runner)
+                            tiny_runner, wait_for_child)
 
 from lect_mm.engine import RNGStateHook
 from lect_mm.engine.hooks import get_rng_state, set_rng_state
@@ -158,7 +158,9 @@ def test_sigkilled_run_with_persistent_workers_resumes_exactly(
     """tools/train.py with 2 persistent workers is killed with SIGKILL in
     the middle of epoch 2 (after epoch_1.pth), then ``--resume``d: final
     weights and every logged loss equal the uninterrupted run's (which used
-    no workers at all)."""
+    no workers at all). The killed run is a forked child (it inherits the
+    imported stack, which a fresh interpreter takes seconds to import),
+    as the runs stopped by a signal in test_preemption.py."""
     work_dir = tmp_path / 'work'
     (tmp_path / 'sigkill_hook.py').write_text(SIGKILL_HOOK)
     killed = tmp_path / 'killed.py'
@@ -170,21 +172,33 @@ def test_sigkilled_run_with_persistent_workers_resumes_exactly(
     loader = ['train_dataloader.num_workers=2',
               'train_dataloader.persistent_workers=True',
               'train_cfg.max_epochs=3']
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(tmp_path), REPO, os.environ.get('PYTHONPATH', '')]))
     log = tmp_path / 'killed.log'
-    with open(log, 'w') as out:
-        # To a file, not a pipe: the orphaned workers would hold a pipe open.
-        proc = subprocess.run(
-            [sys.executable, osp.join(REPO, 'tools', 'train.py'),
-             str(killed), '--work-dir', str(work_dir), '--cfg-options',
-             *loader], env=env, stdout=out, stderr=subprocess.STDOUT,
-            timeout=900)
-    assert proc.returncode == -signal.SIGKILL, log.read_text()[-3000:]
+    train = _load_train_tool()
+    pid = os.fork()
+    if pid == 0:  # the child: train until killed, never back into pytest
+        try:
+            sys.path.insert(0, str(tmp_path))  # custom_imports' sigkill_hook
+            # To a file, not a pipe: orphaned workers would hold a pipe open.
+            out = open(log, 'w', buffering=1)
+            os.dup2(out.fileno(), 1)
+            os.dup2(out.fileno(), 2)
+            sys.stdout = sys.stderr = out
+            torch.set_num_threads(1)  # as DataLoader's forked workers
+            train.main([str(killed), '--work-dir', str(work_dir),
+                        '--cfg-options', *loader,
+                        'experiment_name=resume_killed'])
+        except BaseException:  # noqa: B036  (report anything)
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            os._exit(1)  # not killed
+    status = wait_for_child(pid, timeout=900)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, \
+        log.read_text()[-3000:]
     assert (work_dir / 'epoch_1.pth').is_file()
     assert not (work_dir / 'epoch_2.pth').exists()
 
-    resumed = _load_train_tool().main([
+    resumed = train.main([
         TINY_CONFIG, '--work-dir', str(work_dir), '--resume',
         '--cfg-options', *loader, 'experiment_name=resume_sigkill'])
     assert resumed.iter == 12

@@ -7,7 +7,6 @@ import sys
 
 import numpy as np
 import pytest
-import segmentation_models_pytorch as smp
 import timm
 import torch
 import torch.nn.functional as F
@@ -29,6 +28,8 @@ SEGMENTERS = {
 
 
 def test_smp_timm_encoder_segments():
+    # imported here, not at collection in every pytest worker
+    import segmentation_models_pytorch as smp
     torch.manual_seed(0)
     x = torch.randn(1, 3, 64, 64)
     for arch, kwargs in SEGMENTERS.items():

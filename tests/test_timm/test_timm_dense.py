@@ -81,6 +81,7 @@ def _train_on_digits(seed, steps=10, batch=8):
     images = load_digits_arrays()[0]  # sklearn's load_digits().images
     x_train, y_train = _digit_canvases(images[:1000], steps * batch, rng)
     x_test, y_test = _digit_canvases(images[1000:], 16, rng)
+    import segmentation_models_pytorch as smp
     model = smp.Segformer(encoder_name='tu-lect_v1', encoder_weights=None,
                           encoder_depth=4, classes=2,
                           decoder_segmentation_channels=16)

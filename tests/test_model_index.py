@@ -1,6 +1,7 @@
 """Every config has a name in model-index.yml, and mmpretrain's model hub
 (list_models, get_model, inference_model) knows it after ``import lect_mm``.
 """
+import json
 import warnings
 from pathlib import Path
 
@@ -174,3 +175,33 @@ def test_mim_root_names_both_places_when_nothing_is_found(tmp_path):
     (tmp_path / 'configs').mkdir()
     with pytest.raises(FileNotFoundError, match=r'\.mim.*pip install'):
         mim_root(package)
+
+
+@pytest.mark.parametrize('protocol', ['cpu', 'cpu112'])
+def test_fashion_mnist_metrics_are_the_means_of_the_results_runs(protocol):
+    # The metafile's figures for a protocol are the means over seeds of the
+    # runs docs/results keeps (tools/benchmark_accuracy.py's *_runs.json),
+    # and every model with runs there has them.
+    results = REPO / 'docs' / 'results'
+    runs_file = results / f'fashion_mnist_{protocol}_runs.json'
+    runs = [r for r in json.loads(runs_file.read_text())
+            if r.get('train_images', 10000) == 10000]
+    suffix = f'_fashion_mnist_{protocol}.py'
+    listed = {}
+    for name, (config, model) in INDEX.items():
+        if not config.endswith(suffix):
+            continue
+        metrics = model.results[0].metrics or {}
+        if metrics:
+            listed[Path(config).name[:-len(suffix)]] = metrics
+    measured = {r['model'] for r in runs}
+    assert measured and set(listed) == measured
+    for key, metrics in listed.items():
+        mine = [r for r in runs if r['model'] == key]
+        assert len(mine) == 3, key
+        for metric, field in (('Top 1 Accuracy', 'top1'),
+                              ('Top 5 Accuracy', 'top5')):
+            if all(field in r for r in mine):
+                mean = sum(r[field] for r in mine) / len(mine)
+                assert metrics[metric] == pytest.approx(mean, abs=0.006), (
+                    key, metric)

@@ -127,20 +127,32 @@ def same_outputs_and_grads():
 
 
 @pytest.fixture(scope='session', autouse=True)
-def format_each_config_once():
-    """mmengine formats the whole config with yapf each time a run logs,
-    dumps or checkpoints it (about 0.1 s each, six times in a tiny run). The
-    text depends only on the config's content, so the suite formats each
-    content once (a test of the text still reads mmengine's own text)."""
+def config_text_without_yapf():
+    """mmengine formats a config's whole text with yapf each time a run
+    logs, dumps or checkpoints it: 30 to 80 ms a config, and nearly every
+    run of the suite has a config of its own (its work dir), a sixteenth of
+    the suite's time. Here a config gives mmengine's own unformatted text
+    (what ``Config(format_python_code=False)`` gives), after the check that
+    yapf's parse makes: text that is not Python raises mmengine's
+    SyntaxError. Runs in fresh processes (the ranks of
+    tools/dist_train.sh) still format with yapf."""
     from mmengine.config import Config
     text_of = Config.pretty_text.fget
-    texts = {}
 
     def pretty_text(self):
-        key = repr(self._cfg_dict)
-        if key not in texts:
-            texts[key] = text_of(self)
-        return texts[key]
+        formatted = self._format_python_code
+        object.__setattr__(self, '_format_python_code', False)
+        try:
+            text = text_of(self)
+        finally:
+            object.__setattr__(self, '_format_python_code', formatted)
+        if formatted:
+            try:
+                compile(text, '<config>', 'exec', dont_inherit=True)
+            except SyntaxError:
+                raise SyntaxError('Failed to format the config file, please '
+                                  f'check the syntax of: \n{text}') from None
+        return text
 
     Config.pretty_text = property(pretty_text)
     yield

@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from modelindex.load_model_index import load
 from setuptools.command.egg_info import FileList
 
@@ -105,33 +104,34 @@ def test_checkout_holds_no_link_to_an_ancestor():
     assert _links_to_ancestors(REPO) == []
 
 
-@pytest.mark.parametrize('old', ['none', 'link', 'text'])
-def test_a_copied_clone_links_its_own_mim_files(tmp_path, old):
+def test_a_copied_clone_links_its_own_mim_files(tmp_path):
     """A clone copies, then ``pip install -e .`` (its ``build_py``) links
     lect_mm/.mim to the copy's own files, whatever an older checkout left
     there: nothing, its link to the checkout or, on a file system without
-    links, a text file."""
+    links, a text file (one clone, each in turn)."""
     clone = tmp_path / 'clone'
     shutil.copytree(REPO, clone, ignore=_ignore_untracked)
     mim = clone / 'lect_mm' / '.mim'
-    if mim.is_symlink() or mim.is_file():
-        mim.unlink()
-    elif mim.is_dir():  # this checkout is installed in editable mode
-        shutil.rmtree(mim)
-    if old == 'link':
-        mim.symlink_to('..')
-    elif old == 'text':
-        mim.write_text('..')
-    _link_mim(clone)
-    assert sorted(p.name for p in mim.iterdir()) == [
-        'configs', 'model-index.yml', 'tools'
-    ]
-    for name in ('configs', 'model-index.yml', 'tools'):
-        assert (mim / name).is_symlink(), name
-        assert not os.path.isabs(os.readlink(mim / name)), name
-        assert (mim / name).resolve() == (clone / name).resolve(), name
-    assert (mim / 'configs' / 'lect' / 'lect_v1_cifar10.py').is_file()
-    assert _links_to_ancestors(clone) == []
+    for old in ('none', 'link', 'text'):
+        if mim.is_symlink() or mim.is_file():
+            mim.unlink()
+        elif mim.is_dir():  # installed in editable mode, or the last turn
+            shutil.rmtree(mim)
+        if old == 'link':
+            mim.symlink_to('..')
+        elif old == 'text':
+            mim.write_text('..')
+        _link_mim(clone)
+        assert sorted(p.name for p in mim.iterdir()) == [
+            'configs', 'model-index.yml', 'tools'
+        ], old
+        for name in ('configs', 'model-index.yml', 'tools'):
+            assert (mim / name).is_symlink(), (old, name)
+            assert not os.path.isabs(os.readlink(mim / name)), (old, name)
+            assert (mim / name).resolve() == (clone / name).resolve(), (
+                old, name)
+        assert (mim / 'configs' / 'lect' / 'lect_v1_cifar10.py').is_file()
+        assert _links_to_ancestors(clone) == [], old
     # and the installed clone copies again, links followed or kept
     shutil.copytree(clone, tmp_path / 'copy')
     shutil.copytree(clone, tmp_path / 'copy_links', symlinks=True)

@@ -15,6 +15,7 @@ import types
 
 import mmengine.runner.runner as mmengine_runner
 import pytest
+from mmengine.config import Config
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(REPO, 'tests', 'test_engine', 'data', 'tiny_digits.py')
@@ -69,9 +70,9 @@ def test_evaluations_leave_the_training_records_untouched(
         {path.split(os.sep)[0] for path in set(after) - set(training)})
     assert new == [f'{one_second}_1', f'{one_second}_2']
     for folder, result in zip(new, metrics):
-        config = (work_dir / folder / 'tiny_digits.py').read_text()
-        assert f'load_from = {checkpoint!r}' in config
+        config = Config.fromfile(work_dir / folder / 'tiny_digits.py')
+        assert config.load_from == checkpoint
         assert (work_dir / folder / f'{folder}.log').is_file()
         logged = json.loads((work_dir / folder / f'{folder}.json').read_text())
         assert logged['accuracy/top1'] == result['accuracy/top1']
-    assert 'load_from = None' in (work_dir / 'tiny_digits.py').read_text()
+    assert Config.fromfile(work_dir / 'tiny_digits.py').load_from is None

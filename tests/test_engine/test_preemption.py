@@ -24,8 +24,9 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 from mmpretrain.registry import HOOKS
-from tiny_run_utils import (TINY_CONFIG, final_state, logged_losses, tiny_cfg,
-                            tiny_runner, wait_for_child)
+from tiny_run_utils import (TINY_CONFIG, final_state, import_what_runs_import,
+                            logged_losses, tiny_cfg, tiny_runner,
+                            wait_for_child)
 
 from lect_mm.cli import exit_launched_process
 from lect_mm.engine import (PREEMPTED_EXIT_CODE, CheckpointError,
@@ -125,6 +126,7 @@ def _fork(body, log):
     scheduler signals every process of a job), whose output goes to
     ``log``; its exit status: 0, a ``SystemExit``'s code, or 1 on an
     exception."""
+    import_what_runs_import()
     pid = os.fork()
     if pid != 0:
         return pid

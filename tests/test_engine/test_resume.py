@@ -17,8 +17,9 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
-from tiny_run_utils import (TINY_CONFIG, final_state, logged_losses, tiny_cfg,
-                            tiny_runner, wait_for_child)
+from tiny_run_utils import (TINY_CONFIG, final_state, import_what_runs_import,
+                            logged_losses, tiny_cfg, tiny_runner,
+                            wait_for_child)
 
 from lect_mm.engine import RNGStateHook
 from lect_mm.engine.hooks import get_rng_state, set_rng_state
@@ -174,6 +175,7 @@ def test_sigkilled_run_with_persistent_workers_resumes_exactly(
               'train_cfg.max_epochs=3']
     log = tmp_path / 'killed.log'
     train = _load_train_tool()
+    import_what_runs_import()
     pid = os.fork()
     if pid == 0:  # the child: train until killed, never back into pytest
         try:

@@ -10,7 +10,7 @@ import torch
 from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 from mmpretrain.registry import HOOKS
-from tiny_run_utils import tiny_cfg, wait_for_child
+from tiny_run_utils import import_what_runs_import, tiny_cfg, wait_for_child
 
 from lect_mm.engine import checkpoint_io, verify_checkpoint_file
 
@@ -105,6 +105,7 @@ class KillDuringBestWriteHook(ImprovingScoreHook):
 def _train_in_a_child_and_kill_it(work_dir, timeout=300):
     """Fork (no re-import, unlike a subprocess): the child trains and is
     killed by KillDuringBestWriteHook."""
+    import_what_runs_import()
     pid = os.fork()
     if pid == 0:
         try:

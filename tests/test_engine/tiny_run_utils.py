@@ -52,6 +52,21 @@ def logged_losses(work_dir):
     return losses
 
 
+def import_what_runs_import():
+    """Import what a run imports on first use: mmengine's visualizer
+    imports matplotlib, its environment report distutils, and the
+    ``mmpretrain`` scope the modules of its registries. A test calls this
+    before it forks a run, so that the child finds them imported, as the
+    forking tests intend: a child that imports them itself spends about
+    half a second of CPU on it, again in every child."""
+    from distutils import errors  # noqa: F401
+
+    from matplotlib import figure  # noqa: F401
+    from matplotlib.backends import backend_agg  # noqa: F401
+    from mmpretrain.utils import register_all_modules
+    register_all_modules(init_default_scope=False)
+
+
 def wait_for_child(pid, timeout=300):
     """The exit status of the forked child ``pid``; a child still running
     after ``timeout`` seconds is killed and the test fails."""

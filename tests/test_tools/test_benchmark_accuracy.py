@@ -309,8 +309,14 @@ def test_seeds_and_sizes_train_for_real(ba, load_script, tmp_path,
 
     monkeypatch.setattr(ba, '_run', in_process)
     # the convergence plot reads the runs' logs in a process of its own
-    # (tested with tools/analysis_tools/plot_convergence.py)
+    # (tested with tools/analysis_tools/plot_convergence.py); the cost and
+    # data-efficiency plots are drawn by the tests above, here they record
+    # what the report hands them
     monkeypatch.setattr(ba, 'plot', lambda results, root, png: '| table |')
+    plotted = {}
+    for name in ('plot_cost', 'plot_data_efficiency'):
+        monkeypatch.setattr(ba, name, lambda data, png, title: plotted.update(
+            {osp.basename(png): data}))
     common = ['--protocol', 'cpu', '--models', 'resnet', '--work-dir',
               str(tmp_path / 'wd'), '--out-dir', str(tmp_path / 'out'),
               '--cfg-options', *options]
@@ -348,6 +354,13 @@ def test_seeds_and_sizes_train_for_real(ba, load_script, tmp_path,
     assert '| 16 images (4 epochs, 4 steps) | 32 images (2 epochs, 4 steps)' \
         in text
     assert '| ResNet | ' in text and 'fashion_mnist_cpu_cost.png' in text
+    # the plots get the runs of the protocol's size, and each size's top-1s
+    assert [r['seed'] for r in plotted['fashion_mnist_cpu_cost.png'][
+        'resnet']] == [0, 1]
+    assert plotted['fashion_mnist_cpu_data_efficiency.png'] == {
+        'resnet': {16: [small['top1']],
+                   32: [full['top1'], results['resnet/n32_seed1']['top1']]}
+    }
 
 
 @pytest.mark.heavy
@@ -375,7 +388,9 @@ def test_cpu112_trains_lect_at_112_for_real(ba, load_script, tmp_path,
         return 1.0
 
     monkeypatch.setattr(ba, '_run', in_process)
-    monkeypatch.setattr(ba, 'plot', lambda results, root, png: '| table |')
+    # the report's plots are drawn by the tests with stand-in runs
+    for name in ('plot', 'plot_cost'):
+        monkeypatch.setattr(ba, name, lambda *args: '| table |')
     out = tmp_path / 'out'
     results = ba.main(['--protocol', 'cpu112', '--models', 'lect_v1',
                        '--work-dir', str(tmp_path / 'wd'), '--out-dir',

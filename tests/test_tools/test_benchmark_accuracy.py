@@ -275,11 +275,14 @@ def test_seeds_and_sizes_train_for_real(ba, load_script, tmp_path,
     root = str(tmp_path / 'fm')
     os.makedirs(root)
     _write_tiny_fashion_mnist(root)
+    # in-process loaders: no worker processes to share a serialised copy
+    # of the data set with (mmengine serialises it after a gc.collect())
     loaders = [
         f'{split}_dataloader.{key}'
         for split in ('train', 'val', 'test')
         for key in ('dataset.data_root=' + root, 'num_workers=0',
-                    'persistent_workers=False')
+                    'persistent_workers=False',
+                    'dataset.serialize_data=False')
     ]
     options = loaders + [
         'train_dataloader.dataset.indices=32',
@@ -375,7 +378,8 @@ def test_cpu112_trains_lect_at_112_for_real(ba, load_script, tmp_path,
         f'{split}_dataloader.{key}'
         for split in ('train', 'val', 'test')
         for key in ('dataset.data_root=' + root, 'num_workers=0',
-                    'persistent_workers=False')
+                    'persistent_workers=False',
+                    'dataset.serialize_data=False')
     ] + ['train_dataloader.dataset.indices=4',
          'train_dataloader.batch_size=4', 'val_dataloader.dataset.indices=4',
          'train_cfg.max_epochs=1',

@@ -80,7 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.quick:
         args.batch_sizes = [1, 2]
         args.img_size = 64
-        args.warmup, args.repeats = 1, 2
+        args.warmup, args.repeats = 1, 1
         if '--modes' not in (argv if argv is not None else sys.argv):
             args.modes = ['eager', 'deployed']
     return args

@@ -95,7 +95,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.variants and args.compile:
         parser.error('--variants times eager steps; leave out --compile')
     if args.quick:
-        args.batch_size, args.iters, args.warmup = 2, 2, 1
+        args.batch_size, args.iters, args.warmup = 2, 1, 1
         args.img_size = 64
         args.profile_steps = 1
     return args

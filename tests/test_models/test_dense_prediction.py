@@ -18,9 +18,10 @@ ARCHS = ['v1', 'v2', 'v3']
 # Output side of each stage for an input side s: the 7x7 stride-4 patch
 # embedding (padding 3) gives ceil(s / 4), each 3x3 stride-2 one (padding 1)
 # halves with ceil. Written out, not computed, so the test checks the rule.
+# The full-width variants' real passes at 321x479 and 512x512 (the same
+# shapes, finite maps) are tests/test_backbones/test_lect_input_sizes.py's;
+# its 800x1216 pass is of a quarter-width LeCT.
 STAGE_SIZES = {
-    (321, 479): [(81, 120), (41, 60), (21, 30)],
-    (512, 512): [(128, 128), (64, 64), (32, 32)],
     (800, 1216): [(200, 304), (100, 152), (50, 76)],
 }
 
@@ -29,19 +30,15 @@ STAGE_SIZES = {
 def test_multiscale_maps_at_dense_prediction_sizes(arch):
     torch.manual_seed(0)
     model = LeCT(arch=arch, out_indices=(0, 1, 2)).eval()
+    # The same forward code on the meta device: every shape rule runs, no
+    # kernel does (a real 800x1216 pass costs over 1 s).
+    model.to('meta')
     for (h, w), sizes in STAGE_SIZES.items():
-        x = torch.randn(1, 3, h, w)
-        if (h, w) != (321, 479):
-            # The same forward code on the meta device: every shape rule
-            # runs, no kernel does (a real 800x1216 pass costs over 1 s).
-            x = x.to('meta')
-            model.to('meta')
+        x = torch.randn(1, 3, h, w).to('meta')
         with torch.no_grad():
             outs = model(x)
         assert [tuple(o.shape) for o in outs] == [
             (1, c, *s) for c, s in zip((64, 128, 192), sizes)]
-        if not x.is_meta:
-            assert all(torch.isfinite(o).all() for o in outs)
 
 
 def _detector(arch, num_classes=3, body=None, in_channels=None):

@@ -75,10 +75,15 @@ def fingerprint(model_name, seed=0):
     x = torch.linspace(-2, 2, 2 * 3 * 64 * 64).reshape(2, 3, 64, 64)
     with torch.no_grad():
         logits = model.eval()(x, mode='tensor').double()
-    return (state, math.fsum(values.tolist()),
-            math.fsum(values.abs().tolist()),
-            math.fsum(values.square().tolist()), logits.sum().item(),
-            logits.square().sum().item())
+    return (state, fsum(values), fsum(values.abs()), fsum(values.square()),
+            logits.sum().item(), logits.square().sum().item())
+
+
+def fsum(values):
+    """``math.fsum`` of a float64 tensor's values, read through a
+    memoryview: the floats of ``values.tolist()`` in the same order, without
+    building a list of a million Python floats (a third of the time)."""
+    return math.fsum(memoryview(values.contiguous().numpy()))
 
 
 def matches(found, pinned):

@@ -27,12 +27,28 @@ def _count(model):
     return sum(p.numel() for p in model.parameters())
 
 
+@pytest.fixture(scope='module')
+def meta_model():
+    """``timm.create_model(name)`` on the meta device, built once per name
+    for the tests that only read it (shapes, forward on meta, parameter
+    groups)."""
+    models = {}
+
+    def get(name):
+        if name not in models:
+            with torch.device('meta'):
+                models[name] = timm.create_model(name)
+        return models[name]
+
+    return get
+
+
 @pytest.mark.parametrize('name', sorted(ZOO))
-def test_model_is_the_configs_on_meta(name):
+def test_model_is_the_configs_on_meta(name, meta_model):
     """Names and shapes of every parameter and buffer are those of the
     mmpretrain model of the config (README's counts)."""
+    model = meta_model(name)
     with torch.device('meta'):
-        model = timm.create_model(name)
         ref = MODELS.build(model_cfg(name))
     assert {k: v.shape for k, v in model.state_dict().items()} == \
         {k: v.shape for k, v in ref.state_dict().items()}
@@ -47,11 +63,10 @@ def test_model_is_the_configs_on_meta(name):
     'lect_v1', 'ceit_ref', 'ceit_gap', 'cct_2_3x2', 'alternet18',
     'flexible_levit_64s', 'narrow_resnet_report', 'vitae_xs'
 ])
-def test_stage_maps_are_feature_info_on_meta(name):
+def test_stage_maps_are_feature_info_on_meta(name, meta_model):
     """forward_intermediates gives every stage's map with the channels and
     stride feature_info says; the head reads forward_features."""
-    with torch.device('meta'):
-        model = timm.create_model(name)
+    model = meta_model(name)
     side = _side(name)
     final, maps = model.forward_intermediates(
         torch.empty(2, 3, side, side, device='meta'))
@@ -196,12 +211,11 @@ def test_grad_checkpointing_is_with_cp():
 
 
 @pytest.mark.parametrize('name', ['lect_v1', 'ceit_ref', 'vitae_xs'])
-def test_layer_decay_follows_get_layer_depth(name):
+def test_layer_decay_follows_get_layer_depth(name, meta_model):
     """timm's layer-wise lr decay groups the parameters as the backbone's
     get_layer_depth does for mmpretrain (stem, stages, head; timm numbers
     only the non-empty groups)."""
-    with torch.device('meta'):
-        model = timm.create_model(name)
+    model = meta_model(name)
     layer = group_parameters(model, model.group_matcher(), reverse=True)
     depth = {n: model.backbone.get_layer_depth(n, 'backbone.')[0]
              for n, _ in model.named_parameters()}

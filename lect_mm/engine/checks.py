@@ -5,6 +5,7 @@ and a loaded checkpoint against the run (:class:`CheckpointCheckHook`: its
 classes, and on ``--resume`` its parameter schedule; docs/pitfalls.md says
 what mmengine does without it)."""
 import warnings
+from itertools import chain, repeat
 from typing import List, Optional
 
 import numpy as np
@@ -448,13 +449,13 @@ def _replay(runner, built, checkpoint: dict) -> None:
     by_iter = [s for _, s, _ in flat if not s.by_epoch]
     by_epoch = [s for _, s, _ in flat if s.by_epoch]
     # ParamSchedulerHook's order: by_iter ones after each iteration,
-    # by_epoch ones after each epoch
+    # by_epoch ones after each epoch (streamed: no list of every step)
     epoch = [by_iter] * epoch_length + [by_epoch]
     with warnings.catch_warnings():
         # "scheduler.step() before optimizer.step()": no training here
         warnings.simplefilter('ignore', UserWarning)
-        for schedulers in epoch * epochs + [by_iter] * inner:
-            for scheduler in schedulers:
+        for group in chain(*repeat(epoch, epochs), repeat(by_iter, inner)):
+            for scheduler in group:
                 scheduler.step()
     checkpoint['param_schedulers'] = (
         {key: [s.state_dict() for s in items] for key, items in built.items()}

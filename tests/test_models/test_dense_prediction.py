@@ -56,7 +56,7 @@ def _detector(arch, num_classes=3, body=None, in_channels=None):
         backbone,
         min_size=128,
         max_size=192,
-        size_divisible=1,  # LeCT v1/v2 take any size: no padding to 32
+        size_divisible=1,  # LeCT takes any size: no padding to 32
         image_mean=[0.5] * 3,
         image_std=[0.5] * 3,
         rpn_anchor_generator=anchors,

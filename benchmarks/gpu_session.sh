@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The mission's command end to end on one machine, for a short GPU loan:
+# LeCT v3's STL10 training command end to end on one machine, for a short
+# GPU loan:
 #
 #   OUT=work_dirs/gpu_session bash benchmarks/gpu_session.sh
 #
@@ -10,19 +11,19 @@
 #   gpu_session.log   the steps' stdout/stderr
 #   data/stl10/       STL10 in its official binary layout (random pixels)
 #   train_{fp32,amp}/ tools/train.py work dirs (checkpoints, logs)
-# Steps:
-#   1 stl10_data      N_TRAIN / N_TEST images in stl10_binary/*.bin
-#   2 train_fp32      python tools/train.py configs/lect/lect_v3_stl10.py,
-#   3 train_amp       unchanged but for --cfg-options naming the data root
+# Steps (as named in gpu_session.md):
+#   1_stl10_data      N_TRAIN / N_TEST images in stl10_binary/*.bin
+#   2_train_fp32/amp  python tools/train.py configs/lect/lect_v3_stl10.py,
+#                     unchanged but for --cfg-options naming the data root
 #                     and the length (1 epoch of N_TRAIN / BATCH iterations),
 #                     then the same with --amp
-#   4 test_fp32/amp   tools/test.py on each run's checkpoint
-#   5 gpu_tests       the suite's tests that need CUDA (pytest -m none of
-#                     the CPU's skips: test_optim_wrapper.py)
-#   6 run_gpu         benchmarks/run_gpu.sh with what is left of the budget
+#   3_test_fp32/amp   tools/test.py on each run's checkpoint
+#   4_gpu_tests       the suite's tests that need CUDA
+#                     (tests/test_engine/test_optim_wrapper.py)
+#   5_run_gpu         benchmarks/run_gpu.sh with what is left of the budget
 # Without CUDA it runs on the CPU (a check of the script itself: use small
 # N_TRAIN, N_TEST and BATCH). Needs torch plus mmengine, mmcv-lite and
-# mmpretrain (bash ../shared/tools/mm_wheels.sh prints their install line).
+# mmpretrain (requirements/runtime.txt pins them).
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-work_dirs/gpu_session}

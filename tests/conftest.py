@@ -129,9 +129,10 @@ def same_outputs_and_grads():
 @pytest.fixture(scope='session', autouse=True)
 def config_text_without_yapf():
     """mmengine formats a config's whole text with yapf each time a run
-    logs, dumps or checkpoints it: 30 to 80 ms a config, and nearly every
-    run of the suite has a config of its own (its work dir), a sixteenth of
-    the suite's time. Here a config gives mmengine's own unformatted text
+    logs, dumps or checkpoints it, and nearly every run of the suite has a
+    config of its own (its work dir), so the formatting cannot be cached:
+    it was the largest single cost of the suite's tiny runs. Here a config
+    gives mmengine's own unformatted text
     (what ``Config(format_python_code=False)`` gives), after the check that
     yapf's parse makes: text that is not Python raises mmengine's
     SyntaxError. Runs in fresh processes (the ranks of

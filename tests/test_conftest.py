@@ -28,3 +28,18 @@ def test_a_config_file_is_read_again_when_it_or_a_base_changes(
     base.unlink()
     with pytest.raises(FileNotFoundError, match='base.py'):
         Config.fromfile(str(leaf))
+
+
+def test_config_text_is_mmengines_and_text_that_is_no_python_raises():
+    # conftest skips yapf's formatting of a config's text: the text is
+    # mmengine's own unformatted one, it loads back to the same config,
+    # and a value whose text is no Python raises mmengine's SyntaxError,
+    # as yapf's parse makes it do.
+    from mmengine.config import Config
+    cfg = Config(dict(a=1, b=dict(c='x', d=[1, (2, 3)])))
+    assert cfg.pretty_text == Config(
+        cfg.to_dict(), format_python_code=False).pretty_text
+    assert Config.fromstring(cfg.pretty_text, '.py').to_dict() == \
+        cfg.to_dict()
+    with pytest.raises(SyntaxError, match='Failed to format the config'):
+        Config(dict(model=object)).pretty_text

@@ -102,11 +102,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _prepare(config: str, args, device: torch.device, compiled=None,
-             cfg_options: Optional[dict] = None):
+             cfg_options: Optional[dict] = None,
+             model: Optional[torch.nn.Module] = None):
     """Model (train mode, on device), step, inputs and labels; compiled
-    when ``compiled`` (default ``args.compile``)."""
+    when ``compiled`` (default ``args.compile``). ``model``: the one built
+    from ``config`` already (by :func:`_build`), else it is built here."""
     compiled = args.compile if compiled is None else compiled
-    model = build_classifier(config, cfg_options).to(device).train()
+    if model is None:
+        model = _build(config, device, cfg_options)
+    model = model.train()
     params = count_params(model)
     inputs = torch.randn(args.batch_size, 3, args.img_size, args.img_size,
                          device=device)
@@ -130,22 +134,28 @@ def _release(device: torch.device, compiled: bool) -> None:
         torch._dynamo.reset()
 
 
-def footprint(config: str, args, device: torch.device,
-              cfg_options: Optional[dict] = None) -> Dict:
-    """Saved bytes per image and ATen ops of an eager fp32 step."""
-    model = build_classifier(config, cfg_options).to(device)
-    result = training_footprint(
+def _build(config: str, device: torch.device,
+           cfg_options: Optional[dict] = None) -> torch.nn.Module:
+    return build_classifier(config, cfg_options).to(device)
+
+
+def footprint(model: torch.nn.Module, args) -> Dict:
+    """Saved bytes per image and ATen ops of an eager fp32 step of a model
+    as built (before channels_last or compilation). The step changes no
+    weights (its gradients are cleared), so the model is then timed: one
+    build per model."""
+    return training_footprint(
         model, (3, args.img_size, args.img_size),
         batch_size=min(8, args.batch_size),
         num_classes=num_classes_of(model))
-    del model
-    return result
 
 
 def model_figures(config: str, args, device: torch.device) -> Dict:
     """Footprint, parameters, step times and peak memory of one model."""
-    fp = footprint(config, args, device)
-    model, params, step, inputs, samples = _prepare(config, args, device)
+    model = _build(config, device)
+    fp = footprint(model, args)
+    model, params, step, inputs, samples = _prepare(config, args, device,
+                                                    model=model)
     call = functools.partial(step, inputs, samples)
     stats = measure(call, device, args.warmup, args.iters, args.cpu_time)
     mem = peak_memory(call, device)
@@ -275,10 +285,10 @@ def variants_table(args, device: torch.device, report: Report) -> None:
     figures, calls = [], []
     for name, variant, config, options in runs:
         print(f'[{name}] {variant}', file=sys.stderr, flush=True)
-        figures.append(
-            _footprint_figures(footprint(config, args, device, options)))
+        model = _build(config, device, options)
+        figures.append(_footprint_figures(footprint(model, args)))
         _, _, step, inputs, samples = _prepare(config, args, device,
-                                               cfg_options=options)
+                                               model=model)
         calls.append(functools.partial(step, inputs, samples))
     stats = measure_interleaved(calls, device, args.warmup, args.iters,
                                 args.steps_per_turn, args.cpu_time)

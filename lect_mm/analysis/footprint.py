@@ -71,9 +71,10 @@ def training_footprint(model: nn.Module,
 
     The model runs in training mode on random input (cross-entropy on random
     labels); its parameters' gradients are cleared afterwards. The saved
-    bytes come from one step run under a saved-tensors hook, the ops from
-    another step run without it (the hook itself makes autograd dispatch
-    extra ``detach`` ops).
+    bytes come from the forward of one step run under a saved-tensors hook
+    (its graph is then dropped: no backward is needed for them), the ops
+    from another step run without it (the hook itself makes autograd
+    dispatch extra ``detach`` ops).
 
     Args:
         model (nn.Module): An mmpretrain classifier (called with
@@ -112,7 +113,9 @@ def training_footprint(model: nn.Module,
             model.zero_grad(set_to_none=True)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             loss = _classifier_loss(model, inputs, labels)
-        loss.backward()
+        # Everything saved for backward is packed by the end of the forward:
+        # dropping the loss frees the graph and its saved tensors, and a
+        # backward would only cost time.
         del loss
         model.zero_grad(set_to_none=True)
         counter = _OpCounter()

@@ -38,8 +38,6 @@ def test_disjoint_and_complete(splits):
 
 
 def test_image_shape_dtype_and_content(splits):
-    from sklearn.datasets import load_digits
-
     train, _ = splits
     info = train.get_data_info(0)
     img = info['img']
@@ -47,8 +45,6 @@ def test_image_shape_dtype_and_content(splits):
     assert (img[..., 0] == img[..., 1]).all()
     assert (img[..., 0] == img[..., 2]).all()
     assert img.max() > 200
-    source = load_digits()
-    assert info['gt_label'] == source.target[info['source_idx']]
 
 
 def test_deterministic_and_seeded(splits):
@@ -77,7 +73,9 @@ def test_bad_arguments(kwargs, match):
         Digits(**kwargs)
 
 
-def test_arrays_are_scikit_learns_digits():
+def test_arrays_and_labels_are_scikit_learns_digits(splits):
+    """The only test that imports scikit-learn (about a second of CPU, in
+    each pytest worker that does)."""
     from sklearn.datasets import load_digits
 
     from lect_mm.datasets.digits import load_digits_arrays
@@ -88,3 +86,6 @@ def test_arrays_are_scikit_learns_digits():
     assert labels.dtype == np.int64
     with pytest.raises(ValueError, match='read-only'):
         images[0, 0, 0] = 1
+    # a sample's label is that of its source_idx in load_digits()
+    info = splits[0].get_data_info(0)
+    assert info['gt_label'] == reference.target[info['source_idx']]

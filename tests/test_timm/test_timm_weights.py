@@ -32,7 +32,11 @@ def trained(tmp_path_factory, load_script):
     (4 steps) on the tiny Digits set; its checkpoint and a batch of
     normalised inputs with the trained model's logits."""
     work_dir = tmp_path_factory.mktemp('timm_run')
-    cfg = tiny_cfg(work_dir, 'timm_lect_v1', **{'train_cfg.max_epochs': 1})
+    # epoch_1.pth is what the tests load: no best checkpoint besides it
+    cfg = tiny_cfg(work_dir, 'timm_lect_v1', **{
+        'train_cfg.max_epochs': 1,
+        'default_hooks.checkpoint.save_best': None
+    })
     cfg.model = ConfigDict(model_cfg('lect_v1'), data_preprocessor=cfg.model
                            .get('data_preprocessor'))
     runner = Runner.from_cfg(cfg)
@@ -45,16 +49,21 @@ def trained(tmp_path_factory, load_script):
     return osp.join(work_dir, 'epoch_1.pth'), x, logits
 
 
+@pytest.fixture(scope='module')
+def from_file(trained):
+    """``timm.create_model`` of the trained checkpoint (read-only)."""
+    return timm.create_model('lect_v1', pretrained=True,
+                             pretrained_cfg_overlay=dict(file=trained[0]))
+
+
 def _logits(model, x):
     with torch.no_grad():
         return model.eval()(x)
 
 
-def test_pretrained_file_and_load_checkpoint(trained):
+def test_pretrained_file_and_load_checkpoint(trained, from_file):
     ckpt, x, expected = trained
-    model = timm.create_model(
-        'lect_v1', pretrained=True, pretrained_cfg_overlay=dict(file=ckpt))
-    torch.testing.assert_close(_logits(model, x), expected)
+    torch.testing.assert_close(_logits(from_file, x), expected)
     model = timm.create_model('lect_v1')
     load_checkpoint(model, ckpt, filter_fn=checkpoint_filter_fn)
     torch.testing.assert_close(_logits(model, x), expected)
@@ -85,12 +94,11 @@ def test_hf_folder_round_trip(trained, tmp_path, load_script):
     assert tuple(data['input_size']) == (3, SIDE, SIDE)
 
 
-def test_timm_state_dict_loads_strictly_into_the_config(trained, tmp_path):
+def test_timm_state_dict_loads_strictly_into_the_config(
+        trained, from_file, tmp_path):
     ckpt, x, expected = trained
-    model = timm.create_model(
-        'lect_v1', pretrained=True, pretrained_cfg_overlay=dict(file=ckpt))
     path = str(tmp_path / 'timm_state_dict.pth')
-    torch.save(model.state_dict(), path)
+    torch.save(from_file.state_dict(), path)
     ref = MODELS.build(model_cfg('lect_v1'))
     lect_load(ref, path)  # lect_mm's loader: strict
     torch.testing.assert_close(_logits(ref, x), expected)

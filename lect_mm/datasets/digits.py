@@ -35,6 +35,29 @@ def load_digits_arrays() -> Tuple[np.ndarray, np.ndarray]:
     return images, labels
 
 
+@functools.lru_cache(maxsize=4)
+def _resized_digits(image_size: int) -> np.ndarray:
+    """All 1,797 images scaled to 0..255 and resized to ``image_size``
+    (bilinear), as read-only ``(1797, image_size, image_size)`` uint8.
+
+    Cached for the last four sizes: a run builds its train, val and test
+    sets from the same resized images, and so does every data loader worker
+    forked after the first build.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    images, _ = load_digits_arrays()
+    imgs = torch.from_numpy(images.astype(np.float32) * (255.0 / 16.0))
+    if image_size != imgs.shape[-1]:
+        imgs = F.interpolate(
+            imgs[:, None], size=(image_size, image_size), mode='bilinear',
+            align_corners=False)[:, 0]
+    imgs = imgs.clamp(0, 255).round().to(torch.uint8).numpy()
+    imgs.setflags(write=False)
+    return imgs
+
+
 @DATASETS.register_module()
 class Digits(BaseDataset):
     """scikit-learn's 1,797 real 8×8 handwritten digits as small RGB images.
@@ -86,12 +109,7 @@ class Digits(BaseDataset):
         super().__init__(ann_file='', metainfo=metainfo, **kwargs)
 
     def load_data_list(self):
-        import torch
-        import torch.nn.functional as F
-
-        images, labels = load_digits_arrays()
-        images = images.astype(np.float32) * (255.0 / 16.0)
-
+        _, labels = load_digits_arrays()
         rng = np.random.RandomState(self.seed)
         val_idx = []
         for c in range(10):
@@ -102,19 +120,13 @@ class Digits(BaseDataset):
         is_val[val_idx] = True
         keep = np.flatnonzero(is_val if self.split == 'val' else ~is_val)
 
-        imgs = torch.from_numpy(images[keep])[:, None]
-        if self.image_size != imgs.shape[-1]:
-            imgs = F.interpolate(
-                imgs, size=(self.image_size, self.image_size),
-                mode='bilinear', align_corners=False)
-        imgs = imgs.clamp(0, 255).round().to(torch.uint8)
-        imgs = imgs.expand(-1, 3, -1, -1).permute(0, 2, 3, 1).numpy()
+        # (N, S, S, 3): the grey images repeated over three channels, one
+        # copy; each sample's image is a contiguous view of it
+        imgs = np.repeat(_resized_digits(self.image_size)[keep, :, :, None],
+                         3, axis=3)
         return [
-            dict(
-                img=np.ascontiguousarray(img),
-                gt_label=int(lbl),
-                source_idx=int(src))
-            for img, lbl, src in zip(imgs, labels[keep], keep)
+            dict(img=img, gt_label=lbl, source_idx=src) for img, lbl, src in
+            zip(imgs, labels[keep].tolist(), keep.tolist())
         ]
 
     def extra_repr(self):

@@ -46,13 +46,17 @@ DEFAULT_HOOKS = ('runtime_info', 'timer', 'sampler_seed', 'logger',
 
 def _base_cycle(filename: str, chain: tuple = ()) -> Optional[List[str]]:
     """The files of a cycle of ``_base_`` files reached from ``filename``
-    (the first one again at the end), or None."""
+    (the first one again at the end), or None.
+
+    Package bases (``lect_mm::...``) are not followed: an installed package's
+    configs name only its own files or other packages', never the user's,
+    and locating them asks the package index each time."""
     path = osp.realpath(filename)
     if path in chain:
         return list(chain[chain.index(path):]) + [path]
     try:
         bases = [Config._get_cfg_path(base, path)[0]
-                 for base in Config._get_base_files(path)]
+                 for base in Config._get_base_files(path) if '::' not in base]
     except Exception:  # Config.fromfile will say what is wrong
         return None
     for base in bases:

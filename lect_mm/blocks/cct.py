@@ -10,12 +10,12 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
+from .functional import map_to_tokens
 from .utils import build_attention, build_mlp, conv_out_size
 
 
@@ -103,7 +103,7 @@ class CCTTokenizer(BaseModule):
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, tuple]:
         """(B, C_in, H, W) → (tokens (B, H'·W', embed_dims), (H', W'))."""
         x = self.conv_layers(x)
-        return rearrange(x, 'b c h w -> b (h w) c'), tuple(x.shape[-2:])
+        return map_to_tokens(x), tuple(x.shape[-2:])
 
 
 @MODELS.register_module()
@@ -125,7 +125,7 @@ class SeqPool(BaseModule):
 
     def _pool(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 4:
-            x = rearrange(x, 'b c h w -> b (h w) c')
+            x = map_to_tokens(x)
         weights = self.attention_pool(x).softmax(dim=1)
         return (weights.transpose(1, 2) @ x).squeeze(1)
 

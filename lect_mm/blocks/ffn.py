@@ -7,13 +7,13 @@ from typing import Tuple
 
 import torch
 import torch.nn as nn
-from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 from .deploy import FuseConvBNMixin
 from .dropout import FastDropout
+from .functional import map_to_tokens, tokens_to_map
 from .recompute import recompute, recompute_active
 from .utils import check_hw_shape
 
@@ -96,7 +96,7 @@ class LeFFN(FuseConvBNMixin, BaseModule):
             torch.Tensor: Tokens (B, N, C).
         """
         H, W = check_hw_shape(x, hw_shape)
-        x = rearrange(x, 'b (h w) c -> b c h w', h=H, w=W)
+        x = tokens_to_map(x, (H, W))
         if recompute_active(self):
             # Only conv1's output is kept for the norms, activations and
             # dropout up to conv3; bn3 keeps conv3's output, which a rerun
@@ -105,7 +105,7 @@ class LeFFN(FuseConvBNMixin, BaseModule):
         else:
             x = self._hidden(self.conv1(x))
         x = self.drop(self.bn3(self.conv3(x)))
-        return rearrange(x, 'b c h w -> b (h w) c')
+        return map_to_tokens(x)
 
     def _hidden(self, x: torch.Tensor) -> torch.Tensor:
         x = self.conv2(self.act(self.bn1(x)))

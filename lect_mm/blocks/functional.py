@@ -1,12 +1,32 @@
-"""Stateless functions shared by the blocks: softmax attention and the
-``torch.compile`` and export checks."""
-from typing import Optional, Tuple
+"""Stateless functions shared by the blocks: softmax attention, the
+token/map layout changes and the ``torch.compile`` and export checks."""
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 
 #: The attention implementations every attention block offers.
 IMPLS = ('fused', 'literal')
+
+
+def tokens_to_map(x: torch.Tensor,
+                  hw_shape: Sequence[int]) -> torch.Tensor:
+    """Tokens ``(B, H*W, C)`` -> map ``(B, C, H, W)``, a view.
+
+    The two layout changes every block makes are these torch ops, the ones
+    einops runs for ``'b (h w) c -> b c h w'`` and ``'b c h w -> b (h w) c'``
+    (same values, same memory layout): ``torch.compile`` would trace
+    einops' parsing of the pattern at every call, most of the time it takes
+    to compile a LeCT.
+    """
+    h, w = hw_shape
+    return x.reshape(x.shape[0], h, w, x.shape[-1]).permute(0, 3, 1, 2)
+
+
+def map_to_tokens(x: torch.Tensor) -> torch.Tensor:
+    """Map ``(B, C, H, W)`` -> tokens ``(B, H*W, C)`` (a copy, but for a
+    ``channels_last`` map, whose tokens are a view)."""
+    return x.permute(0, 2, 3, 1).flatten(1, 2)
 
 
 def is_compiling() -> bool:

@@ -9,10 +9,10 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
 
 from mmpretrain.registry import MODELS
+from .functional import map_to_tokens, tokens_to_map
 from .pooled_attention import PooledKeyAttention, resolve_impl_for
 from .recompute import recompute, recompute_active
 from .utils import check_choice, check_hw_shape
@@ -133,7 +133,7 @@ class LeMSA(PooledKeyAttention):
         """Tokens ``x`` (B, N, C) on the grid ``hw_shape`` -> (B, N, C)."""
         H, W = check_hw_shape(x, hw_shape)
         v = self.proj_v(x)
-        v_map = rearrange(v, 'b (h w) c -> b c h w', h=H, w=W)
+        v_map = tokens_to_map(v, (H, W))
         recompute_now = recompute_active(self)
         if recompute_now:
             q_map, k_map, skip = recompute(self._local, v_map, module=self)
@@ -143,7 +143,7 @@ class LeMSA(PooledKeyAttention):
         if skip is not None:
             out = out + skip
         return self.proj_drop(
-            self.proj(rearrange(out, 'b c h w -> b (h w) c')))
+            self.proj(map_to_tokens(out)))
 
     def _local(self, v_map: torch.Tensor):
         """The depthwise branches: pooled queries and keys and the skip
@@ -292,7 +292,7 @@ class LeMSAv2(PooledKeyAttention):
         src = x[..., self.h_dim:] if self.low_from_input else \
             x[..., :self.h_dim]
         v = self.proj_v(src)
-        v_map = rearrange(v, 'b (h w) c -> b c h w', h=H, w=W)
+        v_map = tokens_to_map(v, (H, W))
         literal = resolve_impl_for(
             self.impl, v.device, v.dtype, v.requires_grad,
             2 * self.l_dim // self.num_heads,
@@ -306,7 +306,7 @@ class LeMSAv2(PooledKeyAttention):
             q_map, k_map, high = self._local(v_map, not literal)
         low = self.attend(q_map, k_map, v, (H, W), recompute_now)
         # One concatenated map (both are channels_last), one projection.
-        out = rearrange(torch.cat([high, low], 1), 'b c h w -> b (h w) c')
+        out = map_to_tokens(torch.cat([high, low], 1))
         return self.proj_drop(self.proj(out))
 
     def _local(self, v_map: torch.Tensor, channels_last: bool = True):

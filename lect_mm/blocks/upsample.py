@@ -33,7 +33,8 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 from mmpretrain.registry import MODELS
 
 from .deploy import FuseConvBNMixin
-from .functional import is_compiling, is_exporting
+from .functional import (is_compiling, is_exporting, map_to_tokens,
+                         tokens_to_map)
 from .utils import check_grid, to_pair
 
 RESIZE_MODES = ('nearest', 'bilinear', 'bicubic')
@@ -140,12 +141,12 @@ def resize(x: torch.Tensor, size: Tuple[int, int], mode: str) -> torch.Tensor:
     if (mode in MATMUL_RESIZE_MODES and _resize_by_matrix(h * w)
             and (h, w) != size):
         matrix = interpolation_matrix((h, w), size, mode, x.device, x.dtype)
-        tokens = rearrange(x, 'b c h w -> b (h w) c')
+        tokens = map_to_tokens(x)
         # One bmm with the matrix broadcast over the batch (fewer ops than
         # a broadcasting matmul).
         out = torch.bmm(matrix.t().expand(x.shape[0], -1, -1),
                         tokens)  # (B, H*W, C)
-        return rearrange(out, 'b (h w) c -> b c h w', h=size[0])
+        return tokens_to_map(out, size)
     return _interpolate(x, size, mode)
 
 
@@ -356,17 +357,21 @@ class SVConvTransposeUpsampler(BaseModule):
             return self._forward_traceable(x, out_size)
         h, w = x.shape[-2:]
         k = self.scale_factor
-        y = rearrange(self.reduce(x), 'b c h w -> b (c h w) 1 1')
+        # torch ops, not einops (see tokens_to_map): b c h w -> b (c h w) 1 1
+        y = self.reduce(x)
+        b, c = y.shape[:2]
+        y = y.reshape(b, c * h * w, 1, 1)
         if (h, w) == self.in_size:
             y = self.deconv(y)
         else:
             weight, bias = self.kernels((h, w))
             y = F.conv_transpose2d(
                 y, weight, bias, stride=k, groups=weight.shape[0])
-        # Tokens first, then a channels_last view of them: the 1x1 expand
-        # conv keeps that layout, the one LeMSA's skip and proj use.
-        y = rearrange(y, 'b (c h w) u v -> b (h u) (w v) c', h=h, w=w)
-        y = rearrange(y, 'b h w c -> b c h w')
+        # Tokens first, b (c h w) u v -> b (h u) (w v) c, then a
+        # channels_last view of them: the 1x1 expand conv keeps that layout,
+        # the one LeMSA's skip and proj use.
+        y = y.reshape(b, c, h, w, k, k).permute(0, 2, 4, 3, 5, 1)
+        y = y.reshape(b, h * k, w * k, c).permute(0, 3, 1, 2)
         return self.expand(self._fit(y, (h, w), out_size))
 
     def _fit(self, y: torch.Tensor, grid: Tuple[int, int],

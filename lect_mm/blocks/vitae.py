@@ -12,7 +12,6 @@ from typing import Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from einops import rearrange
 from mmcv.cnn import build_activation_layer, build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmcv.cnn.bricks.transformer import FFN
@@ -20,6 +19,7 @@ from mmengine.model import BaseModule, Sequential
 from mmpretrain.registry import MODELS
 
 from .dropout import FastDropout
+from .functional import map_to_tokens, tokens_to_map
 from .utils import build_attention, build_mlp, check_grid
 
 RC_TOKEN_TYPES = ('performer', 'performer_less')
@@ -34,7 +34,7 @@ def _to_map(x: torch.Tensor, hw_shape: Optional[Sequence[int]]):
     h, w = check_grid(hw_shape)
     if x.shape[1] != h * w:
         raise ValueError(f'{x.shape[1]} tokens do not match hw_shape {h}x{w}')
-    return rearrange(x, 'b (h w) c -> b c h w', h=h, w=w)
+    return tokens_to_map(x, (h, w))
 
 
 @MODELS.register_module()
@@ -109,7 +109,7 @@ class PRM(BaseModule):
                              f'input {tuple(x.shape[-2:])}')
         y = torch.cat(outs, dim=1)
         hw_shape = tuple(y.shape[-2:])
-        return rearrange(y, 'b c h w -> b (h w) c'), hw_shape
+        return map_to_tokens(y), hw_shape
 
 
 @MODELS.register_module()
@@ -372,7 +372,7 @@ class ReductionCell(BaseModule):
             raise ValueError(f'PCM output {tuple(local.shape[-2:])} and PRM '
                              f'output {out_hw} differ for input '
                              f'{tuple(x.shape[-2:])}')
-        local = rearrange(local, 'b c h w -> b (h w) c')
+        local = map_to_tokens(local)
         return self.attn(tokens, local=local), out_hw
 
 
@@ -458,7 +458,7 @@ class NormalCell(BaseModule):
         """x: (B, num_extra_tokens + H·W, C) → same shape."""
         n = self.num_extra_tokens
         local = self.pcm(_to_map(x[:, n:], hw_shape))
-        local = self.drop_path(rearrange(local, 'b c h w -> b (h w) c'))
+        local = self.drop_path(map_to_tokens(local))
         if n:
             local = torch.cat((local.new_zeros(local.shape[0], n,
                                                local.shape[2]), local),

@@ -18,9 +18,8 @@ from typing import Callable, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
-from einops import rearrange
 
-from lect_mm.models.backbones.base_backbone import to_map
+from lect_mm.blocks.functional import map_to_tokens, tokens_to_map
 
 
 @dataclass
@@ -47,16 +46,16 @@ def _map(args, out):
 
 def _tokens(args, out, extra: int = 0):
     """Blocks called as ``block(x, hw_shape)`` on ``(B, N, C)`` tokens."""
-    return to_map(out[:, extra:], args[1])
+    return tokens_to_map(out[:, extra:], args[1])
 
 
 def _cell(args, out):
     """A ViTAE reduction cell returns ``(tokens, hw_shape)``."""
-    return to_map(out[0], out[1])
+    return tokens_to_map(out[0], out[1])
 
 
 def _square_tokens(args, out, side: int):
-    return to_map(out, (side, side))
+    return tokens_to_map(out, (side, side))
 
 
 def _cumulative(strides: Sequence[int], first: int = 1) -> List[int]:
@@ -180,7 +179,7 @@ class HeadPool:
 
 
 def _tokens_of(x: torch.Tensor) -> torch.Tensor:
-    return rearrange(x, 'b c h w -> b (h w) c')
+    return map_to_tokens(x)
 
 
 def _same(b, x):
@@ -192,7 +191,7 @@ def _mean_norm(b, x):
 
 
 def _norm(b, x):
-    return to_map(b.norm(_tokens_of(x)), x.shape[-2:])
+    return tokens_to_map(b.norm(_tokens_of(x)), x.shape[-2:])
 
 
 def _seq_pool(b, x):

@@ -14,18 +14,12 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from einops import rearrange
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from lect_mm.blocks.utils import run_checkpointed
 from lect_mm.models.utils import (check_frozen_stages, freeze,
                                   parse_out_indices, parse_pooled_out)
-
-
-def to_map(x: torch.Tensor, hw_shape: Sequence[int]) -> torch.Tensor:
-    """Tokens ``(B, H*W, C)`` -> map ``(B, C, H, W)``."""
-    return rearrange(x, 'b (h w) c -> b c h w', h=hw_shape[0], w=hw_shape[1])
 
 
 class ZooBackbone(BaseBackbone):

@@ -9,9 +9,10 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
 from lect_mm.blocks.dropout import FastDropout
+from lect_mm.blocks.functional import tokens_to_map
 from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, is_pretrained,
                                   parse_arch)
-from .base_backbone import ZooBackbone, to_map
+from .base_backbone import ZooBackbone
 
 
 def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
@@ -207,5 +208,5 @@ class CCT(ZooBackbone):
                 if self.out_type == 'pooled':
                     outs.append(self.seq_pool(x))
                 else:
-                    outs.append(to_map(x, hw_shape))
+                    outs.append(tokens_to_map(x, hw_shape))
         return tuple(outs)

@@ -3,7 +3,6 @@ from typing import Sequence, Union
 
 import torch
 import torch.nn as nn
-from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmengine.model.weight_init import trunc_normal_
 from mmpretrain.models.utils import resize_pos_embed
@@ -11,9 +10,10 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.ceit import CeiTBlock, Image2Tokens, LCABlock
 from lect_mm.blocks.dropout import FastDropout
+from lect_mm.blocks.functional import map_to_tokens, tokens_to_map
 from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, is_pretrained,
                                   parse_arch)
-from .base_backbone import ZooBackbone, to_map
+from .base_backbone import ZooBackbone
 
 
 @MODELS.register_module()
@@ -235,7 +235,7 @@ class CeiT(ZooBackbone):
     def forward(self, x: torch.Tensor) -> tuple:
         x = self.proj(self.i2t(x))
         hw_shape = x.shape[-2:]
-        x = rearrange(x, 'b c h w -> b (h w) c')
+        x = map_to_tokens(x)
         if self.cls_token is not None:
             x = torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x),
                           dim=1)
@@ -256,5 +256,6 @@ class CeiT(ZooBackbone):
                 if self.out_type == 'pooled':
                     outs.append(self._pooled(x, cls_tokens))
                 else:
-                    outs.append(to_map(x[:, self.num_extra_tokens:], hw_shape))
+                    outs.append(tokens_to_map(x[:, self.num_extra_tokens:],
+                                              hw_shape))
         return tuple(outs)

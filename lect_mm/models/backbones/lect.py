@@ -19,10 +19,11 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks import SVConvTransposeUpsampler
 from lect_mm.blocks.deploy import FuseConvBNMixin
+from lect_mm.blocks.functional import tokens_to_map
 from lect_mm.blocks.utils import (accepted_args, check_norm_cfg, conv_out_size,
                                   set_defaults, to_pair)
 from lect_mm.models.utils import TRUNC_NORMAL_INIT_CFG, parse_arch
-from .base_backbone import ZooBackbone, to_map
+from .base_backbone import ZooBackbone
 
 
 def _registered(type_) -> Optional[type]:
@@ -115,7 +116,7 @@ class LeCTStage(BaseModule):
         x, hw_shape = self.patch_embed(x)
         for block in self.blocks:
             x = block(x, hw_shape)
-        return to_map(self.norm(x), hw_shape)
+        return tokens_to_map(self.norm(x), hw_shape)
 
 
 @MODELS.register_module()

@@ -27,8 +27,9 @@ import torch.nn as nn
 from mmpretrain.models.backbones.levit import LeViT, LinearBatchNorm, Residual
 from mmpretrain.registry import MODELS
 
+from lect_mm.blocks.functional import tokens_to_map
 from lect_mm.models.utils import is_pretrained, parse_arch
-from .base_backbone import ZooBackbone, to_map
+from .base_backbone import ZooBackbone
 
 
 def _refresh_after_load(module, incompatible_keys):
@@ -132,7 +133,7 @@ class FlexibleLeViT(ZooBackbone, LeViT):
                 x = self.run_block(block, x)
             if i in self.out_indices:
                 side = self.resolutions[i]
-                outs.append(to_map(x, (side, side)).contiguous())
+                outs.append(tokens_to_map(x, (side, side)).contiguous())
         return tuple(outs)
 
     def residual_output_norms(self):

@@ -5,9 +5,10 @@ import torch
 import torch.nn as nn
 from mmpretrain.registry import MODELS
 
+from lect_mm.blocks.functional import tokens_to_map
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
 from lect_mm.models.utils import TRUNC_NORMAL_INIT_CFG, parse_arch
-from .base_backbone import ZooBackbone, to_map
+from .base_backbone import ZooBackbone
 
 
 class _ViTAEStage(nn.Module):
@@ -177,5 +178,5 @@ class ViTAE(ZooBackbone):
             for nc in stage.ncs:
                 x = self.run_block(nc, x, hw_shape)
             if i in self.out_indices:
-                outs.append(to_map(x, hw_shape))
+                outs.append(tokens_to_map(x, hw_shape))
         return tuple(outs)

@@ -144,8 +144,9 @@ def _build(config: str, device: torch.device,
 def footprint(model: torch.nn.Module, args) -> Dict:
     """Saved bytes per image and ATen ops of an eager fp32 step of a model
     as built (before channels_last or compilation). The step changes no
-    weights (its gradients are cleared), so the model is then timed: one
-    build per model."""
+    parameter (its gradients are cleared; BatchNorm statistics move, which
+    step times do not depend on), so the model is then timed: one build per
+    model."""
     return training_footprint(
         model, (3, args.img_size, args.img_size),
         batch_size=min(8, args.batch_size),

@@ -20,7 +20,7 @@ from mmpretrain.registry import MODELS
 
 from .dropout import FastDropout
 from .functional import map_to_tokens, tokens_to_map
-from .utils import build_attention, build_mlp, check_grid
+from .utils import build_attention, build_mlp, check_hw_shape
 
 RC_TOKEN_TYPES = ('performer', 'performer_less')
 
@@ -31,10 +31,7 @@ def _to_map(x: torch.Tensor, hw_shape: Optional[Sequence[int]]):
         return x
     if hw_shape is None:
         raise ValueError('hw_shape is required for (B, N, C) token input')
-    h, w = check_grid(hw_shape)
-    if x.shape[1] != h * w:
-        raise ValueError(f'{x.shape[1]} tokens do not match hw_shape {h}x{w}')
-    return tokens_to_map(x, (h, w))
+    return tokens_to_map(x, check_hw_shape(x, hw_shape))
 
 
 @MODELS.register_module()

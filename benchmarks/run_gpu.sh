@@ -97,8 +97,9 @@ EOF
 # model training throughput, all report models, batch 64, 224²
 step 01_train_fp32 60 train_throughput.py
 step 02_train_bf16_cl 60 train_throughput.py --amp --channels-last
-# where LeCT's step time goes
+# where LeCT's step time goes, and ResNet's: kernels per step, GPU busy
 step 03_profile_lect 45 train_throughput.py --profile LeCT --amp --top 30
+step 03b_profile_resnet 45 train_throughput.py --profile ResNet --amp --top 15
 # LeMSA fused (SDPA) vs literal, per stage, fwd and fwd+bwd, fp32 and bf16
 step 04_lemsa 60 lemsa.py
 # one CIFAR-10 epoch (50k images), bf16: device resize, then CPU resize

@@ -370,6 +370,37 @@ def _time_attr(event, kind: str) -> float:
     return 0.0
 
 
+# kernels doing the FLOPs (GEMMs, convolutions, fused attention); the
+# rest (elementwise, normalisation, reductions, copies) is bound by memory
+# traffic rather than arithmetic
+_COMPUTE_KERNELS = ('gemm', 'cutlass', 'cublas', 'xmma', 'conv', 'cudnn',
+                    'fmha', 'flash', 'sm90_', 'sm80_', 'nvjet', 'wgmma')
+
+
+def _kernel_summary(events, steps: int, wall_s: float) -> str:
+    """One step's CUDA kernels: how many, their summed time against the
+    step's wall time (a step far longer than its kernels is bound by the
+    host's launches, not the GPU), and the share of compute kernels."""
+    from torch.autograd import DeviceType
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    count = sum(e.count for e in kernels) / steps
+    busy = sum(_time_attr(e, 'self') for e in kernels) / steps / 1e3
+    compute = sum(
+        _time_attr(e, 'self') for e in kernels
+        if any(k in e.key.lower() for k in _COMPUTE_KERNELS)) / steps / 1e3
+    wall = wall_s * 1e3
+    rows = [['CUDA kernels launched per step', f'{count:.0f}'],
+            ['kernel time per step (ms, summed)', f'{busy:.2f}'],
+            ['step wall time, unprofiled (ms, median)', f'{wall:.2f}'],
+            ['GPU busy (kernel time / wall time)',
+             f'{100 * busy / wall:.0f} %' if wall else 'n/a'],
+            ['GEMM / conv / attention kernels (share of kernel time)',
+             f'{100 * compute / busy:.0f} %' if busy else 'n/a'],
+            ['mean kernel time (µs)',
+             f'{1e3 * busy / count:.1f}' if count else 'n/a']]
+    return markdown_table(['Per training step', 'value'], rows)
+
+
 def profile_model(args, device: torch.device, report: Report) -> None:
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -400,6 +431,9 @@ def profile_model(args, device: torch.device, report: Report) -> None:
     for _ in range(warm):
         step(inputs, samples)
     synchronize(device)
+    # the step's wall time without the profiler's overhead
+    wall = measure(functools.partial(step, inputs, samples), device,
+                   warmup=0, repeats=max(3, args.profile_steps))
     with profile(activities=activities) as prof:
         for _ in range(args.profile_steps):
             step(inputs, samples)
@@ -411,6 +445,10 @@ def profile_model(args, device: torch.device, report: Report) -> None:
     report.add(f'### Profile of {name} ({_settings(args)}), '
                f'{args.profile_steps} training steps')
     report.add()
+    if device.type == 'cuda':
+        report.add(_kernel_summary(events, args.profile_steps,
+                                   wall.median))
+        report.add()
     sort_keys = ['self_cpu_time_total']
     if device.type == 'cuda':
         sort_keys.insert(0, 'self_device_time_total' if hasattr(

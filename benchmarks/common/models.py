@@ -141,8 +141,10 @@ def build_report_optim_wrapper(model: torch.nn.Module,
         clip_grad=dict(max_norm=max_norm))
     if amp:
         cfg.update(type='DeviceAmpOptimWrapper', dtype='bfloat16')
-    # DeviceAmpOptimWrapper picks CPU or CUDA from mmengine's get_device.
-    if device.type == 'cuda':
+    # DeviceAmpOptimWrapper picks CPU or CUDA from mmengine's get_device,
+    # i.e. the current CUDA device: make that the named one ('cuda:1');
+    # plain 'cuda' is the current one already (set_device refuses it)
+    if device.type == 'cuda' and device.index is not None:
         torch.cuda.set_device(device)
     return build_optim_wrapper(model, cfg)
 

@@ -14,12 +14,15 @@ from . import REPO_ROOT
 
 
 def _git_commit() -> str:
-    """Short commit of the checkout, or ``$LECT_MM_COMMIT`` without git.
+    """``$LECT_MM_COMMIT`` where set, else the checkout's short commit.
 
-    A copy of the working tree without ``.git`` (a GPU machine's) cannot
-    say its commit: export ``LECT_MM_COMMIT`` there (``run_gpu.sh`` passes
-    it through) or the header says ``unknown (no git checkout)``.
+    A copy of the working tree on a GPU machine has no ``.git``, or a stale
+    one (the device tool sends the session's first checkout): export
+    ``LECT_MM_COMMIT`` there (``run_gpu.sh`` passes it through); without
+    either the header says ``unknown (no git checkout)``.
     """
+    if os.environ.get('LECT_MM_COMMIT'):
+        return os.environ['LECT_MM_COMMIT']
     try:
         out = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
                              cwd=REPO_ROOT,
@@ -36,7 +39,7 @@ def _git_commit() -> str:
             return commit + (' (uncommitted changes)' if dirty else '')
     except (OSError, subprocess.SubprocessError):
         pass
-    return os.environ.get('LECT_MM_COMMIT') or 'unknown (no git checkout)'
+    return 'unknown (no git checkout)'
 
 
 def _cpu_model() -> str:

@@ -228,6 +228,28 @@ def test_header_commit_without_git(bench, monkeypatch, tmp_path):
     assert report._git_commit() == 'unknown (no git checkout)'
     monkeypatch.setenv('LECT_MM_COMMIT', '2fa690c')
     assert report._git_commit() == '2fa690c'
+    # and it wins over a .git that is there (a stale copy of one)
+    monkeypatch.setattr(report, 'REPO_ROOT', ROOT)
+    assert report._git_commit() == '2fa690c'
+
+
+def test_report_optim_wrapper_on_plain_cuda(bench, monkeypatch):
+    # '--device cuda' is torch.device('cuda') without an index, which
+    # torch.cuda.set_device refuses: only a named index is set
+    models = bench('common.models')
+    from torch.cuda._utils import _get_device_index
+    calls = []
+
+    def set_device(device):
+        calls.append(_get_device_index(device))
+
+    monkeypatch.setattr(torch.cuda, 'set_device', set_device)
+    model = torch.nn.Linear(2, 2)
+    for device in ('cuda', 'cuda:1'):
+        wrapper = models.build_report_optim_wrapper(
+            model, torch.device(device), amp=False)
+        assert wrapper.clip_grad_kwargs == dict(max_norm=5)
+    assert calls == [1]
 
 
 def test_reference(bench):

@@ -55,6 +55,14 @@ START=$SECONDS
   echo "|---|---|---:|---|"
 } > "$REPORT"
 
+# a missing package fails every step: stop at once, before spending the loan
+if ! "$PY" -c 'import lect_mm.models, mmpretrain' >> "$LOG" 2>&1; then
+  echo "| 0_imports | failed: see gpu_session.log (a wheel missing?) | 0 | |" \
+    >> "$REPORT"
+  cat "$REPORT"
+  exit 1
+fi
+
 # step NAME LIMIT_S RESULT_CMD -- CMD...: run CMD, then record a row whose
 # result column is RESULT_CMD's output (on success)
 step() {

@@ -431,9 +431,9 @@ def profile_model(args, device: torch.device, report: Report) -> None:
     for _ in range(warm):
         step(inputs, samples)
     synchronize(device)
-    # the step's wall time without the profiler's overhead
-    wall = measure(functools.partial(step, inputs, samples), device,
-                   warmup=0, repeats=max(3, args.profile_steps))
+    if device.type == 'cuda':  # the step without the profiler's overhead
+        wall = measure(functools.partial(step, inputs, samples), device,
+                       warmup=0, repeats=max(3, args.profile_steps))
     with profile(activities=activities) as prof:
         for _ in range(args.profile_steps):
             step(inputs, samples)

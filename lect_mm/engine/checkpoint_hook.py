@@ -88,7 +88,8 @@ class SafeCheckpointHook(CheckpointHook):
         checkpoint.update({k: to_plain(v) for k, v in checkpoint.items()})
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        checkpoint.update({k: from_plain(v) for k, v in checkpoint.items()})
+        if not getattr(runner, 'loads_plain_data', False):  # mmengine's
+            checkpoint.update(from_plain(checkpoint))
 
     def _own_recorded_paths(self, runner) -> None:
         """A checkpoint path of a resumed message hub outside this folder

@@ -64,9 +64,9 @@ class RNGStateHook(Hook):
             checkpoint['rng_state'] = get_rng_state()
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        if 'rng_state' in checkpoint:
-            # plain data: SafeCheckpointHook may decode it after this hook
-            self._state = from_plain(checkpoint['rng_state'])
+        if 'rng_state' in checkpoint:  # plain from mmengine's own loader
+            self._state = from_plain(checkpoint['rng_state']) if not getattr(
+                runner, 'loads_plain_data', False) else checkpoint['rng_state']
             self._state_epoch = checkpoint.get('meta', {}).get('epoch')
 
     def before_train_epoch(self, runner) -> None:

@@ -87,6 +87,7 @@ class LectRunner(Runner):
     checkpoint), ``lock_work_dir`` (True), ``log_dir_only`` (False; the
     config copy goes into the log folder), ``stop_signals``
     (``PreemptionHook``), ``resume_schedule`` (``CheckpointCheckHook``)."""
+    loads_plain_data = True  # load_checkpoint decodes: not the hooks again
 
     def __init__(self, *args, **kwargs):
         self._verified = {}  # what --resume found intact: not verified again

@@ -13,7 +13,8 @@ from mmengine.logging import HistoryBuffer, MMLogger
 from mmengine.registry import RUNNERS
 from tiny_run_utils import tiny_cfg
 
-from lect_mm.engine import checkpoint_io
+from lect_mm.engine import (RNGStateHook, SafeCheckpointHook, checkpoint_hook,
+                            checkpoint_io, hooks)
 from lect_mm.engine.checkpoint_io import (CheckpointError,
                                           CheckpointNotFoundError, add_digest,
                                           atomic_write, from_plain,
@@ -70,7 +71,8 @@ def test_written_checkpoint_loads_without_lect_mm(run_dir):
 def test_resume_verifies_its_checkpoint_once(run_dir, tmp_path,
                                              monkeypatch):
     """--resume finds the latest checkpoint intact and loads it: its bytes
-    are hashed once, not once to find it and once to load it."""
+    are hashed once, not once to find it and once to load it; its plain
+    data are decoded once, by the loader, not again by the hooks."""
     work_dir = tmp_path / 'run'
     shutil.copytree(run_dir, work_dir)
     (work_dir / 'last_checkpoint').write_text(str(work_dir / 'epoch_1.pth'))
@@ -82,6 +84,9 @@ def test_resume_verifies_its_checkpoint_once(run_dir, tmp_path,
         return records_digest(archive, skip)
 
     monkeypatch.setattr(checkpoint_io, '_records_digest', counting)
+    decoded_again = []
+    for module in (checkpoint_hook, hooks):
+        monkeypatch.setattr(module, 'from_plain', decoded_again.append)
     runner = RUNNERS.build(
         tiny_cfg(work_dir, 'io_resume_once', resume=True,
                  train_cfg=dict(max_epochs=2),
@@ -90,6 +95,26 @@ def test_resume_verifies_its_checkpoint_once(run_dir, tmp_path,
     runner.train()
     assert runner.epoch == 2
     assert hashed.count('epoch_1.pth') == 1
+    assert decoded_again == []
+
+
+def test_hooks_decode_what_mmengines_runner_loads():
+    """mmengine's own Runner loads the plain data as written: lect_mm's
+    hooks decode it (RNGStateHook first, by its priority)."""
+    rng = dict(numpy=('MT19937', np.arange(3, dtype=np.uint32), 1, 0, 0.0))
+    buffer = HistoryBuffer([2.0], [1], max_length=5)
+
+    class MMEngineRunner:
+        epoch = 0
+
+    rng_hook = RNGStateHook()
+    checkpoint = to_plain(dict(meta=dict(epoch=0), rng_state=rng,
+                               message_hub=dict(loss=buffer)))
+    rng_hook.after_load_checkpoint(MMEngineRunner(), checkpoint)
+    assert rng_hook._state['numpy'][1].dtype == np.uint32
+    SafeCheckpointHook().after_load_checkpoint(MMEngineRunner(), checkpoint)
+    assert isinstance(checkpoint['message_hub']['loss'], HistoryBuffer)
+    assert isinstance(checkpoint['rng_state']['numpy'][1], np.ndarray)
 
 
 def _empty(path, record):

@@ -100,6 +100,9 @@ step 02_train_bf16_cl 60 train_throughput.py --amp --channels-last
 # where LeCT's step time goes, and ResNet's: kernels per step, GPU busy
 step 03_profile_lect 45 train_throughput.py --profile LeCT --amp --top 30
 step 03b_profile_resnet 45 train_throughput.py --profile ResNet --amp --top 15
+# LeCT v3 in fp32: 0.54x the reference layout's inference on an H100
+# (docs/benchmarks/gpu.md), the one model slower than its reference
+step 03c_profile_lect_v3 45 train_throughput.py --profile 'LeCT v3' --top 15
 # LeMSA fused (SDPA) vs literal, per stage, fwd and fwd+bwd, fp32 and bf16
 step 04_lemsa 60 lemsa.py
 # one CIFAR-10 epoch (50k images), bf16: device resize, then CPU resize

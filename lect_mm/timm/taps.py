@@ -178,20 +178,16 @@ class HeadPool:
     pool: Callable
 
 
-def _tokens_of(x: torch.Tensor) -> torch.Tensor:
-    return map_to_tokens(x)
-
-
 def _same(b, x):
     return x
 
 
 def _mean_norm(b, x):
-    return b.norm(_tokens_of(x).mean(dim=1))
+    return b.norm(map_to_tokens(x).mean(dim=1))
 
 
 def _norm(b, x):
-    return tokens_to_map(b.norm(_tokens_of(x)), x.shape[-2:])
+    return tokens_to_map(b.norm(map_to_tokens(x)), x.shape[-2:])
 
 
 def _seq_pool(b, x):

@@ -212,6 +212,31 @@ def test_in_memory_dataset(bench):
 
 
 @pytest.mark.skipif(sys.platform != 'linux', reason='bash script')
+def test_kernel_summary_of_cuda_events(bench):
+    # what --profile prints on CUDA, from the profiler's averaged events
+    # (2 steps): kernels per step, GPU busy, the compute kernels' share
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+    mod = bench('train_throughput')
+
+    def event(key, count, us, device=DeviceType.CUDA):
+        return SimpleNamespace(key=key, count=count, device_type=device,
+                               self_device_time_total=us)
+
+    events = [event('sm90_xmma_fprop_implicit_gemm', 4, 6000),
+              event('vectorized_elementwise_kernel<convert>', 10, 2000),
+              event('Memcpy DtoD', 2, 2000),
+              event('aten::conv2d', 4, 0, DeviceType.CPU)]
+    table = mod._kernel_summary(events, 2, 0.01).splitlines()[2:]
+    rows = dict([cell.strip() for cell in line.strip('|').split('|')]
+                for line in table)
+    assert rows['CUDA kernels and memory copies per step'] == '8'
+    assert rows['GPU busy (kernel time / wall time)'] == '50 %'
+    assert rows['GEMM / conv / attention kernels (share of kernel time)'] \
+        == '60 %'
+
+
 def test_run_gpu_script_syntax():
     import subprocess
     script = osp.join(BENCH, 'run_gpu.sh')

@@ -20,7 +20,17 @@
 #   3_test_fp32/amp   tools/test.py on each run's checkpoint
 #   4_gpu_tests       the suite's tests that need CUDA
 #                     (tests/test_engine/test_optim_wrapper.py)
-#   5_run_gpu         benchmarks/run_gpu.sh with what is left of the budget
+#   5a_cifar10_data   N_CIFAR train images (and 1/5 as many test images) as
+#                     CIFAR-10's official python pickles (random pixels)
+#   5b_epoch_lect_v1  one epoch of python tools/train.py
+#                     configs/lect/lect_v1_cifar10.py --amp on them, changed
+#                     only by --cfg-options (data root, verify_md5=False for
+#                     the generated files, 1 epoch without validation,
+#                     WORKERS loader workers); result: the epoch's seconds
+#                     from the loop's start to its last iteration's log line
+#   6_run_gpu         benchmarks/run_gpu.sh with what is left of the budget
+# STEPS, a bash regex on these names, runs only the matching ones, e.g.
+#   STEPS='^(5|6)' ONLY='^0[1-3]' ...   (ONLY: run_gpu.sh's own filter)
 # Without CUDA it runs on the CPU (a check of the script itself: use small
 # N_TRAIN, N_TEST and BATCH). Needs torch plus mmengine, mmcv-lite and
 # mmpretrain (requirements/runtime.txt pins them).
@@ -31,6 +41,8 @@ BUDGET=${BUDGET:-420}
 N_TRAIN=${N_TRAIN:-1280}
 N_TEST=${N_TEST:-640}
 BATCH=${BATCH:-64}
+N_CIFAR=${N_CIFAR:-50000}
+WORKERS=${WORKERS:-12}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -48,8 +60,9 @@ START=$SECONDS
   echo "- device: $($PY -c 'import torch; print(torch.cuda.get_device_name()
     if torch.cuda.is_available() else "CPU (no CUDA)")' 2>>"$LOG")"
   echo "- torch: $($PY -c 'import torch; print(torch.__version__)')"
-  echo "- data: STL10 binary layout, $N_TRAIN train / $N_TEST test images" \
-    "(random pixels), batch $BATCH"
+  echo "- data (random pixels): STL10 binary layout, $N_TRAIN train /" \
+    "$N_TEST test images (steps 1-3); CIFAR-10 pickles, $N_CIFAR train" \
+    "images (step 5); batch $BATCH"
   echo
   echo "| step | status | seconds | result |"
   echo "|---|---|---:|---|"
@@ -68,6 +81,9 @@ fi
 step() {
   local name=$1 limit=$2 result=$3
   shift 4
+  if [ -n "${STEPS:-}" ] && ! [[ $name =~ $STEPS ]]; then
+    return 0
+  fi
   local left=$((BUDGET - (SECONDS - START)))
   if [ "$left" -le 10 ]; then
     echo "| $name | skipped (budget) | 0 | |" >> "$REPORT"
@@ -138,9 +154,74 @@ step 4_gpu_tests 90 "grep -E '[0-9]+ (passed|failed|skipped)' \"$LOG\" | tail -1
   "$PY" -m pytest tests/test_engine/test_optim_wrapper.py -q -rs \
   -p no:cacheprovider
 
+CIFAR="$OUT/data/cifar10"
+step 5a_cifar10_data 60 "ls $CIFAR/cifar-10-batches-py | tr '\n' ' '" -- \
+  "$PY" - "$CIFAR" "$N_CIFAR" <<'PYEOF'
+import os
+import pickle
+import sys
+
+import numpy as np
+
+root, num = sys.argv[1], int(sys.argv[2])
+folder = os.path.join(root, 'cifar-10-batches-py')
+os.makedirs(folder, exist_ok=True)
+rng = np.random.default_rng(0)
+# five training batches and one test batch of a fifth of the images each,
+# as the official files (R, G, B planes of 32x32, row-major)
+files = [f'data_batch_{i}' for i in range(1, 6)] + ['test_batch']
+for name in files:
+    rows = max(num // 5, 1)
+    with open(os.path.join(folder, name), 'wb') as f:
+        pickle.dump(dict(batch_label=name, labels=[i % 10 for i in range(rows)],
+                         data=rng.integers(0, 256, (rows, 3072), np.uint8),
+                         filenames=[f'{name}_{i}.png' for i in range(rows)]),
+                    f, protocol=2)
+with open(os.path.join(folder, 'batches.meta'), 'wb') as f:
+    pickle.dump(dict(num_cases_per_batch=num // 5, num_vis=3072,
+                     label_names=[f'class{i}' for i in range(10)]), f,
+                protocol=2)
+PYEOF
+
+# seconds from the loop's start ("Checkpoints will be saved to", logged
+# before the first iteration) to the epoch's last iteration's log line, and
+# that line's iteration and data times
+epoch_seconds() {
+  "$PY" - "$OUT/$1" <<'PYEOF'
+import glob
+import re
+import sys
+from datetime import datetime
+
+lines = open(sorted(glob.glob(sys.argv[1] + '/*/*.log'))[-1]).readlines()
+def stamp(line):
+    return datetime.strptime(line[:19], '%Y/%m/%d %H:%M:%S')
+start = next(stamp(x) for x in lines if 'Checkpoints will be saved' in x)
+last = [x for x in lines if 'Epoch(train)' in x][-1]
+times = dict(re.findall(r'\b(time|data_time): ([0-9.]+)', last))
+iters = re.search(r'\[(\d+)/(\d+)\]', last.split('Epoch(train)')[1])
+print(f'{(stamp(last) - start).total_seconds():.0f} s for '
+      f'{iters.group(1)}/{iters.group(2)} iterations; last: '
+      f'time {times["time"]} s/iter, data_time {times["data_time"]} s')
+PYEOF
+}
+# shellcheck disable=SC2046
+step 5b_epoch_lect_v1 240 "epoch_seconds epoch_lect_v1" -- \
+  "$PY" tools/train.py configs/lect/lect_v1_cifar10.py --amp \
+  --work-dir "$OUT/epoch_lect_v1" --cfg-options \
+  train_dataloader.dataset.data_root="$CIFAR" \
+  val_dataloader.dataset.data_root="$CIFAR" \
+  test_dataloader.dataset.data_root="$CIFAR" \
+  train_dataloader.dataset.verify_md5=False \
+  val_dataloader.dataset.verify_md5=False \
+  test_dataloader.dataset.verify_md5=False \
+  train_dataloader.batch_size=$BATCH train_dataloader.num_workers=$WORKERS \
+  train_cfg.max_epochs=1 train_cfg.val_begin=2
+
 left=$((BUDGET - (SECONDS - START)))
-if [ "$left" -gt 60 ] && [ "${SKIP_RUN_GPU:-0}" != 1 ]; then
-  step 5_run_gpu "$left" "echo \"tables: $OUT/bench/benchmarks_gpu.md\"" -- \
+if [ "$left" -gt 60 ] && [ "${SKIP_RUN_GPU:-0}" != 1 ] \
+    && { [ -z "${STEPS:-}" ] || [[ 6_run_gpu =~ $STEPS ]]; }; then
+  step 6_run_gpu "$left" "echo \"tables: $OUT/bench/benchmarks_gpu.md\"" -- \
     env OUT="$OUT/bench" BUDGET=$((left - 20)) PYTHON="$PY" \
     bash benchmarks/run_gpu.sh
 fi

@@ -364,8 +364,10 @@ def _with_ratio(text: str, value: float, ref: Optional[Dict],
 
 
 def _time_attr(event, kind: str) -> float:
-    """Self/total device time of a profiler event (torch 2.x names)."""
-    for name in (f'{kind}_device_time_total', f'{kind}_cuda_time_total'):
+    """Self (``kind='self'``) or total (``'total'``) device time of a
+    profiler event, in µs (torch 2.x names)."""
+    prefix = 'self_' if kind == 'self' else ''
+    for name in (f'{prefix}device_time_total', f'{prefix}cuda_time_total'):
         if hasattr(event, name):
             return getattr(event, name)
     return 0.0
@@ -384,7 +386,12 @@ def _kernel_summary(events, steps: int, wall_s: float) -> str:
     step's wall time (a step far longer than its kernels is bound by the
     host's launches, not the GPU), and the share of compute kernels."""
     from torch.autograd import DeviceType
-    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    # the profiler mirrors each CPU range (record_function: the module::
+    # labels, Optimizer.step#...) on the GPU timeline as an annotation
+    # spanning its kernels; those are not kernels, and have a CPU twin
+    ranges = {e.key for e in events if e.device_type == DeviceType.CPU}
+    kernels = [e for e in events
+               if e.device_type == DeviceType.CUDA and e.key not in ranges]
     count = sum(e.count for e in kernels) / steps
     busy = sum(_time_attr(e, 'self') for e in kernels) / steps / 1e3
     compute = sum(
@@ -404,6 +411,7 @@ def _kernel_summary(events, steps: int, wall_s: float) -> str:
 
 
 def profile_model(args, device: torch.device, report: Report) -> None:
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
 
     models = resolve_models([args.profile], args.quick)
@@ -467,18 +475,22 @@ def profile_model(args, device: torch.device, report: Report) -> None:
     # inclusive time per module class: where the time goes, block by block
     rows = []
     for ev in events:
-        if not ev.key.startswith('module::'):
+        # the CPU range: its device time is that of the kernels it launched
+        # (its GPU-timeline mirror spans idle gaps too)
+        if (not ev.key.startswith('module::')
+                or ev.device_type != DeviceType.CPU):
             continue
         rows.append((ev.key[len('module::'):], ev.count,
                      ev.cpu_time_total / 1e3, _time_attr(ev, 'total') / 1e3))
     rows.sort(key=lambda r: (r[3], r[2]), reverse=True)
     report.add('Forward time by module class (inclusive, summed over all '
                'instances and profiled steps; nested classes count in '
-               'their parents too):')
+               'their parents too; CUDA: the time of the kernels each '
+               'launched):')
     report.add()
     headers = ['Module class', 'Calls', 'CPU total ms']
     if device.type == 'cuda':
-        headers.append('CUDA total ms')
+        headers.append('CUDA kernels ms')
     report.add(
         markdown_table(headers, [[r[0], r[1], f'{r[2]:.2f}', f'{r[3]:.2f}'
                                   ][:len(headers)] for r in rows]))

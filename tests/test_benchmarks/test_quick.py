@@ -227,7 +227,11 @@ def test_kernel_summary_of_cuda_events(bench):
     events = [event('sm90_xmma_fprop_implicit_gemm', 4, 6000),
               event('vectorized_elementwise_kernel<convert>', 10, 2000),
               event('Memcpy DtoD', 2, 2000),
-              event('aten::conv2d', 4, 0, DeviceType.CPU)]
+              event('aten::conv2d', 4, 0, DeviceType.CPU),
+              # a record_function range and its GPU-timeline mirror (an
+              # annotation spanning kernels, not one): not counted
+              event('module::LeMSA', 2, 0, DeviceType.CPU),
+              event('module::LeMSA', 2, 50000)]
     table = mod._kernel_summary(events, 2, 0.01).splitlines()[2:]
     rows = dict([cell.strip() for cell in line.strip('|').split('|')]
                 for line in table)

@@ -323,6 +323,8 @@ class SVConvTransposeUpsampler(BaseModule):
         groups = self.reduced_channels * h * w
         self.reduce = nn.Conv2d(
             channels, self.reduced_channels, 1, bias=False)
+        # the report's layer, holding its parameters (and checkpoint keys);
+        # forward computes its output without calling it
         self.deconv = nn.ConvTranspose2d(
             groups,
             groups,
@@ -357,20 +359,21 @@ class SVConvTransposeUpsampler(BaseModule):
             return self._forward_traceable(x, out_size)
         h, w = x.shape[-2:]
         k = self.scale_factor
-        # torch ops, not einops (see tokens_to_map): b c h w -> b (c h w) 1 1
         y = self.reduce(x)
         b, c = y.shape[:2]
-        y = y.reshape(b, c * h * w, 1, 1)
-        if (h, w) == self.in_size:
-            y = self.deconv(y)
-        else:
-            weight, bias = self.kernels((h, w))
-            y = F.conv_transpose2d(
-                y, weight, bias, stride=k, groups=weight.shape[0])
-        # Tokens first, b (c h w) u v -> b (h u) (w v) c, then a
+        weight, bias = self.kernels((h, w))
+        # What the transposed convolution computes, kernel = stride = K on
+        # (B, c'h''w'', 1, 1) with one group per (c', cell): each output is
+        # one product plus the bias. One broadcast multiply-add, not the
+        # grouped ConvTranspose2d, which cuDNN runs one kernel per group in
+        # fp32 (931 launches per call at LeCT v3's stage 3). Torch ops, not
+        # einops (see tokens_to_map).
+        y = torch.addcmul(bias.reshape(1, c, h, w, 1, 1), y[..., None, None],
+                          weight.reshape(1, c, h, w, k, k))
+        # Tokens first, b c h w u v -> b (h u) (w v) c, then a
         # channels_last view of them: the 1x1 expand conv keeps that layout,
         # the one LeMSA's skip and proj use.
-        y = y.reshape(b, c, h, w, k, k).permute(0, 2, 4, 3, 5, 1)
+        y = y.permute(0, 2, 4, 3, 5, 1)
         y = y.reshape(b, h * k, w * k, c).permute(0, 3, 1, 2)
         return self.expand(self._fit(y, (h, w), out_size))
 

@@ -337,8 +337,8 @@ def check_norm_cfg(norm_cfg: dict, layout: str, name: str, channels: int,
 
 
 def channels_last_weights(module: nn.Module) -> None:
-    """Give the 1x1 and depthwise (transposed) convolutions of ``module``
-    the strides of the channels_last maps they run on.
+    """Give the 1x1 and depthwise convolutions of ``module`` the strides of
+    the channels_last maps they run on.
 
     A weight of shape ``(C_out, C_in, 1, 1)`` or ``(C, 1, k, k)`` is laid out
     in memory the same way in both formats, but its strides on the size-1
@@ -348,7 +348,7 @@ def channels_last_weights(module: nn.Module) -> None:
     differ. Values, memory order and the kernels chosen do not change.
     """
     for conv in module.modules():
-        if not isinstance(conv, (nn.Conv2d, nn.ConvTranspose2d)):
+        if not isinstance(conv, nn.Conv2d):
             continue
         weight = conv.weight
         target = torch.empty(weight.shape, dtype=weight.dtype,

@@ -198,6 +198,36 @@ def test_sv_layout_matches_per_position_loop():
         up(x, (h * k, w * k)), ref, rtol=0, atol=1e-6)
 
 
+def test_sv_equals_its_grouped_conv_transpose_without_running_one():
+    # forward computes the report's layer, ConvTranspose2d(c'h'w', K,
+    # stride=K, groups=c'h'w') on (B, c'h'w', 1, 1), as one broadcast
+    # multiply-add: cuDNN runs that grouped transposed convolution one kernel
+    # per group in fp32 (931 at LeCT v3's stage 3), so none may be dispatched
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append((func, args))
+            return func(*args, **(kwargs or {}))
+
+    c_in, (h, w), k = 64, (4, 4), 14
+    up = SVConvTransposeUpsampler(c_in, in_size=(h, w), scale_factor=k)
+    x = torch.randn(2, c_in, h, w, requires_grad=True)
+    with Ops():
+        y = up(x, (h * k, w * k))
+        y.square().sum().backward()
+    transposed = [f for f, a in seen
+                  if f is torch.ops.aten.convolution.default and a[6]]
+    assert not transposed
+    red = F.conv2d(x, up.reduce.weight).reshape(2, -1, 1, 1)
+    mid = up.deconv(red).reshape(2, up.reduced_channels, h, w, k, k)
+    mid = mid.permute(0, 1, 2, 4, 3, 5).reshape(2, -1, h * k, w * k)
+    torch.testing.assert_close(y, F.conv2d(mid, up.expand.weight),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_sv_parameter_count_and_keys_lect_v3_stage1():
     up = SVConvTransposeUpsampler(64, in_size=(4, 4), scale_factor=14)
     # c' = int(64 * 0.1) = 6, groups = c' * 4 * 4 = 96

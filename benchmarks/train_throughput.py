@@ -377,8 +377,8 @@ def _time_attr(event, kind: str) -> float:
 # rest (elementwise, normalisation, reductions, copies) is bound by memory
 # traffic rather than arithmetic
 _COMPUTE_KERNELS = re.compile(
-    r'gemm|cutlass|cublas|xmma|conv(?!ert)|cudnn|fmha|flash|sm[89]0_|nvjet|'
-    r'wgmma')
+    r'gemm|cutlass|cublas|xmma|conv(?!ert)|cudnn|[dw]grad2d|fprop|fmha|'
+    r'flash|sm[89]0_|nvjet|wgmma')
 
 
 def _kernel_summary(events, steps: int, wall_s: float) -> str:
@@ -388,10 +388,12 @@ def _kernel_summary(events, steps: int, wall_s: float) -> str:
     from torch.autograd import DeviceType
     # the profiler mirrors each CPU range (record_function: the module::
     # labels, Optimizer.step#...) on the GPU timeline as an annotation
-    # spanning its kernels; those are not kernels, and have a CPU twin
+    # spanning its kernels; those are not kernels (is_user_annotation, and
+    # a CPU twin of the same name)
     ranges = {e.key for e in events if e.device_type == DeviceType.CPU}
     kernels = [e for e in events
-               if e.device_type == DeviceType.CUDA and e.key not in ranges]
+               if e.device_type == DeviceType.CUDA and e.key not in ranges
+               and not getattr(e, 'is_user_annotation', False)]
     count = sum(e.count for e in kernels) / steps
     busy = sum(_time_attr(e, 'self') for e in kernels) / steps / 1e3
     compute = sum(

@@ -224,7 +224,8 @@ def test_kernel_summary_of_cuda_events(bench):
         return SimpleNamespace(key=key, count=count, device_type=device,
                                self_device_time_total=us)
 
-    events = [event('sm90_xmma_fprop_implicit_gemm', 4, 6000),
+    events = [event('sm90_xmma_fprop_implicit_gemm', 2, 4000),
+              event('dgrad2d_c1_k1_nhwc_specialized', 2, 2000),
               event('vectorized_elementwise_kernel<convert>', 10, 2000),
               event('Memcpy DtoD', 2, 2000),
               event('aten::conv2d', 4, 0, DeviceType.CPU),

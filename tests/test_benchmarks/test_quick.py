@@ -242,9 +242,10 @@ def test_kernel_summary_of_cuda_events(bench):
         == '60 %'
 
 
-def test_run_gpu_script_syntax():
+@pytest.mark.parametrize('script', ['run_gpu.sh', 'gpu_session.sh'])
+def test_gpu_script_syntax(script):
     import subprocess
-    script = osp.join(BENCH, 'run_gpu.sh')
+    script = osp.join(BENCH, script)
     assert subprocess.run(['bash', '-n', script]).returncode == 0
 
 

@@ -25,7 +25,6 @@ from typing import Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from einops import rearrange
 from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule
 from torch.fx.experimental.symbolic_shapes import statically_known_true
@@ -341,15 +340,46 @@ class SVConvTransposeUpsampler(BaseModule):
         ``(c'h''w'',)`` for the pooled grid ``(h'', w'')``."""
         if tuple(grid) == self.in_size:
             return self.deconv.weight, self.deconv.bias
+        return self._resampled(grid)
+
+    def _resampled(self, grid: Tuple[int, int]
+                   ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`kernels` resized from ``in_size`` to ``grid`` (on
+        ``in_size`` an identity): each ``(c', u, v)`` slice of the bank and
+        each ``c'`` of the bias as a field over the grid."""
         c, k = self.reduced_channels, self.scale_factor
         h, w = self.in_size
-        weight = rearrange(self.deconv.weight,
-                           '(c h w) 1 u v -> 1 (c u v) h w', c=c, h=h)
-        bias = rearrange(self.deconv.bias, '(c h w) -> 1 c h w', c=c, h=h)
-        weight = rearrange(resize(weight, grid, self.mode),
-                           '1 (c u v) h w -> (c h w) 1 u v', c=c, u=k)
-        bias = resize(bias, grid, self.mode).flatten()
-        return weight, bias
+        # (c h w) 1 u v -> 1 (c u v) h w, and back at the new grid
+        weight = self.deconv.weight.reshape(c, h, w, k, k).permute(
+            0, 3, 4, 1, 2).reshape(1, c * k * k, h, w)
+        weight = resize(weight, grid, self.mode)
+        gh, gw = weight.shape[-2:]
+        weight = weight.reshape(c, k, k, gh, gw).permute(
+            0, 3, 4, 1, 2).reshape(c * gh * gw, 1, k, k)
+        bias = resize(self.deconv.bias.reshape(1, c, h, w), grid, self.mode)
+        return weight, bias.flatten()
+
+    def _assemble(self, y: torch.Tensor, weight: torch.Tensor,
+                  bias: torch.Tensor) -> torch.Tensor:
+        """The reduced map ``y`` (B, c', h'', w'') through the transposed
+        convolution with ``weight``, ``bias`` (:meth:`kernels`):
+        (B, c', h''K, w''K), a ``channels_last`` view.
+
+        With kernel = stride = ``K`` on (B, c'h''w'', 1, 1) inputs, one
+        group per (c', cell), each output is one product plus the bias: one
+        broadcast multiply-add, not the grouped ConvTranspose2d, which
+        cuDNN runs one kernel per group in fp32 (931 launches per call at
+        LeCT v3's stage 3). Torch ops, not einops (see tokens_to_map).
+        """
+        b, c, h, w = y.shape
+        k = self.scale_factor
+        y = torch.addcmul(bias.reshape(1, c, h, w, 1, 1), y[..., None, None],
+                          weight.reshape(1, c, h, w, k, k))
+        # Tokens first, b c h w u v -> b (h u) (w v) c, then a
+        # channels_last view of them: the 1x1 expand conv keeps that layout,
+        # the one LeMSA's skip and proj use.
+        y = y.permute(0, 2, 4, 3, 5, 1).reshape(b, h * k, w * k, c)
+        return y.permute(0, 3, 1, 2)
 
     def forward(self, x: torch.Tensor,
                 out_size: Tuple[int, int]) -> torch.Tensor:
@@ -357,25 +387,9 @@ class SVConvTransposeUpsampler(BaseModule):
         out_size = check_grid(out_size, 'out_size')
         if is_exporting():
             return self._forward_traceable(x, out_size)
-        h, w = x.shape[-2:]
-        k = self.scale_factor
-        y = self.reduce(x)
-        b, c = y.shape[:2]
-        weight, bias = self.kernels((h, w))
-        # What the transposed convolution computes, kernel = stride = K on
-        # (B, c'h''w'', 1, 1) with one group per (c', cell): each output is
-        # one product plus the bias. One broadcast multiply-add, not the
-        # grouped ConvTranspose2d, which cuDNN runs one kernel per group in
-        # fp32 (931 launches per call at LeCT v3's stage 3). Torch ops, not
-        # einops (see tokens_to_map).
-        y = torch.addcmul(bias.reshape(1, c, h, w, 1, 1), y[..., None, None],
-                          weight.reshape(1, c, h, w, k, k))
-        # Tokens first, b c h w u v -> b (h u) (w v) c, then a
-        # channels_last view of them: the 1x1 expand conv keeps that layout,
-        # the one LeMSA's skip and proj use.
-        y = y.permute(0, 2, 4, 3, 5, 1)
-        y = y.reshape(b, h * k, w * k, c).permute(0, 3, 1, 2)
-        return self.expand(self._fit(y, (h, w), out_size))
+        grid = tuple(x.shape[-2:])
+        y = self._assemble(self.reduce(x), *self.kernels(grid))
+        return self.expand(self._fit(y, grid, out_size))
 
     def _fit(self, y: torch.Tensor, grid: Tuple[int, int],
              out_size: Tuple[int, int]) -> torch.Tensor:
@@ -395,25 +409,15 @@ class SVConvTransposeUpsampler(BaseModule):
         """:meth:`forward` as an exporter traces it for any input size.
 
         The kernels are resampled to the grid always (on ``in_size`` an
-        exact identity), and the transposed convolution, whose group count
-        would be the grid's size, is written as what it computes with
-        kernel = stride = ``K`` on ``1 x 1`` inputs: one ``K x K`` product
-        per cell, ``y * kernel + bias``. On the ceil-mode grid of
-        ``out_size`` (LeMSA's ``sr_ratio`` pooling) the map is cropped
-        without a size condition; on another grid (``pool_size``) the
-        crop-or-resize choice of :meth:`forward` is made at the traced size.
+        exact identity), so that nothing guards on the grid's size. On the
+        ceil-mode grid of ``out_size`` (LeMSA's ``sr_ratio`` pooling) the map
+        is cropped without a size condition; on another grid (``pool_size``)
+        the crop-or-resize choice of :meth:`forward` is made at the traced
+        size.
         """
-        c, k = self.reduced_channels, self.scale_factor
-        h, w = self.in_size
+        k = self.scale_factor
         grid = tuple(x.shape[-2:])
-        weight = rearrange(self.deconv.weight,
-                           '(c h w) 1 u v -> 1 (c u v) h w', c=c, h=h)
-        bias = rearrange(self.deconv.bias, '(c h w) -> 1 c h w', c=c, h=h)
-        weight = _interpolate(weight, grid, self.mode)[0].unflatten(
-            0, (c, k, k))  # (c, K, K, h'', w'')
-        bias = _interpolate(bias, grid, self.mode)[0]  # (c, h'', w'')
-        y = self.reduce(x)[:, :, None, None] * weight + bias[:, None, None]
-        y = rearrange(y, 'b c u v h w -> b c (h u) (w v)')
+        y = self._assemble(self.reduce(x), *self._resampled(grid))
         if all(_known_true(g == (o - 1) // k + 1)
                for g, o in zip(grid, out_size)):
             # index_select, not a slice: slicing would guard on the

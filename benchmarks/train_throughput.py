@@ -388,12 +388,10 @@ def _kernel_summary(events, steps: int, wall_s: float) -> str:
     from torch.autograd import DeviceType
     # the profiler mirrors each CPU range (record_function: the module::
     # labels, Optimizer.step#...) on the GPU timeline as an annotation
-    # spanning its kernels; those are not kernels (is_user_annotation, and
-    # a CPU twin of the same name)
-    ranges = {e.key for e in events if e.device_type == DeviceType.CPU}
-    kernels = [e for e in events
-               if e.device_type == DeviceType.CUDA and e.key not in ranges
-               and not getattr(e, 'is_user_annotation', False)]
+    # spanning its kernels: not a kernel, and left out of the profiler's
+    # own "Self CUDA time total" by the same flag
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA
+               and not e.is_user_annotation]
     count = sum(e.count for e in kernels) / steps
     busy = sum(_time_attr(e, 'self') for e in kernels) / steps / 1e3
     compute = sum(

@@ -220,9 +220,10 @@ def test_kernel_summary_of_cuda_events(bench):
     from torch.autograd import DeviceType
     mod = bench('train_throughput')
 
-    def event(key, count, us, device=DeviceType.CUDA):
+    def event(key, count, us, device=DeviceType.CUDA, annotation=False):
         return SimpleNamespace(key=key, count=count, device_type=device,
-                               self_device_time_total=us)
+                               self_device_time_total=us,
+                               is_user_annotation=annotation)
 
     events = [event('sm90_xmma_fprop_implicit_gemm', 2, 4000),
               event('dgrad2d_c1_k1_nhwc_specialized', 2, 2000),
@@ -232,7 +233,7 @@ def test_kernel_summary_of_cuda_events(bench):
               # a record_function range and its GPU-timeline mirror (an
               # annotation spanning kernels, not one): not counted
               event('module::LeMSA', 2, 0, DeviceType.CPU),
-              event('module::LeMSA', 2, 50000)]
+              event('module::LeMSA', 2, 50000, annotation=True)]
     table = mod._kernel_summary(events, 2, 0.01).splitlines()[2:]
     rows = dict([cell.strip() for cell in line.strip('|').split('|')]
                 for line in table)

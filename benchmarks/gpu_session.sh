@@ -27,7 +27,7 @@
 #                     only by --cfg-options (data root, verify_md5=False for
 #                     the generated files, 1 epoch without validation,
 #                     WORKERS loader workers); result: the epoch's seconds
-#                     from the loop's start to its last iteration's log line
+#                     from the loop's start to its checkpoint
 #   6_run_gpu         benchmarks/run_gpu.sh with what is left of the budget
 # STEPS, a bash regex on these names, runs only the matching ones, e.g.
 #   STEPS='^(5|6)' ONLY='^0[1-3]' ...   (ONLY: run_gpu.sh's own filter)
@@ -184,8 +184,9 @@ with open(os.path.join(folder, 'batches.meta'), 'wb') as f:
 PYEOF
 
 # seconds from the loop's start ("Checkpoints will be saved to", logged
-# before the first iteration) to the epoch's last iteration's log line, and
-# that line's iteration and data times
+# before the first iteration) to the epoch's end ("Saving checkpoint", after
+# its last iteration; mmengine logs every 50th only), and the last logged
+# iteration and data times
 epoch_seconds() {
   "$PY" - "$OUT/$1" <<'PYEOF'
 import glob
@@ -197,15 +198,15 @@ lines = open(sorted(glob.glob(sys.argv[1] + '/*/*.log'))[-1]).readlines()
 def stamp(line):
     return datetime.strptime(line[:19], '%Y/%m/%d %H:%M:%S')
 start = next(stamp(x) for x in lines if 'Checkpoints will be saved' in x)
+end = next(stamp(x) for x in lines if 'Saving checkpoint' in x)
 last = [x for x in lines if 'Epoch(train)' in x][-1]
 times = dict(re.findall(r'\b(time|data_time): ([0-9.]+)', last))
-iters = re.search(r'\[(\d+)/(\d+)\]', last.split('Epoch(train)')[1])
-print(f'{(stamp(last) - start).total_seconds():.0f} s for '
-      f'{iters.group(1)}/{iters.group(2)} iterations; last: '
-      f'time {times["time"]} s/iter, data_time {times["data_time"]} s')
+total = re.search(r'\[\d+/(\d+)\]', last.split('Epoch(train)')[1])
+print(f'{(end - start).total_seconds():.0f} s for {total.group(1)} '
+      f'iterations; last logged: time {times["time"]} s/iter, data_time '
+      f'{times["data_time"]} s')
 PYEOF
 }
-# shellcheck disable=SC2046
 step 5b_epoch_lect_v1 240 "epoch_seconds epoch_lect_v1" -- \
   "$PY" tools/train.py configs/lect/lect_v1_cifar10.py --amp \
   --work-dir "$OUT/epoch_lect_v1" --cfg-options \

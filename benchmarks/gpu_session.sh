@@ -28,6 +28,9 @@
 #                     the generated files, 1 epoch without validation,
 #                     WORKERS loader workers); result: the epoch's seconds
 #                     from the loop's start to its checkpoint
+#   5c_short_last_batch  the same on 16 full batches and one of BATCH / 4
+#                     images, every iteration's time logged: the first, the
+#                     median and the last (the first at its batch size)
 #   6_run_gpu         benchmarks/run_gpu.sh with what is left of the budget
 # STEPS, a bash regex on these names, runs only the matching ones, e.g.
 #   STEPS='^(5|6)' ONLY='^0[1-3]' ...   (ONLY: run_gpu.sh's own filter)
@@ -218,6 +221,44 @@ step 5b_epoch_lect_v1 240 "epoch_seconds epoch_lect_v1" -- \
   test_dataloader.dataset.verify_md5=False \
   train_dataloader.batch_size=$BATCH train_dataloader.num_workers=$WORKERS \
   train_cfg.max_epochs=1 train_cfg.val_begin=2
+
+# the iteration times of an epoch that ends in a short batch: is its last
+# iteration, the first at that batch size, the slow end of step 5b?
+iteration_times() {
+  "$PY" - "$OUT/$1" <<'PYEOF'
+import glob
+import re
+import statistics
+import sys
+from datetime import datetime
+
+lines = open(sorted(glob.glob(sys.argv[1] + '/*/*.log'))[-1]).readlines()
+train = [x for x in lines if 'Epoch(train)' in x]
+times = [float(re.search(r'\btime: ([0-9.]+)', x).group(1)) for x in train]
+def stamp(line):
+    return datetime.strptime(line[:19], '%Y/%m/%d %H:%M:%S')
+end = next(stamp(x) for x in lines if 'Saving checkpoint' in x)
+print(f'{len(times)} iterations: first {times[0]:.3f} s, median '
+      f'{statistics.median(times[1:-1]):.3f} s, last (short batch) '
+      f'{times[-1]:.3f} s; last to checkpoint '
+      f'{(end - stamp(train[-1])).total_seconds():.0f} s')
+PYEOF
+}
+# the first 16 full batches of 5a's files and one batch of a quarter,
+# each iteration's own time logged (window 1); else as 5b
+step 5c_short_last_batch 90 "iteration_times epoch_tail" -- \
+  "$PY" tools/train.py configs/lect/lect_v1_cifar10.py --amp \
+  --work-dir "$OUT/epoch_tail" --cfg-options \
+  train_dataloader.dataset.data_root="$CIFAR" \
+  val_dataloader.dataset.data_root="$CIFAR" \
+  test_dataloader.dataset.data_root="$CIFAR" \
+  train_dataloader.dataset.verify_md5=False \
+  val_dataloader.dataset.verify_md5=False \
+  test_dataloader.dataset.verify_md5=False \
+  train_dataloader.dataset.indices=$((16 * BATCH + (BATCH + 3) / 4)) \
+  train_dataloader.batch_size=$BATCH train_dataloader.num_workers=$WORKERS \
+  train_cfg.max_epochs=1 train_cfg.val_begin=2 \
+  default_hooks.logger.interval=1 log_processor.window_size=1
 
 left=$((BUDGET - (SECONDS - START)))
 if [ "$left" -gt 60 ] && [ "${SKIP_RUN_GPU:-0}" != 1 ] \

@@ -123,3 +123,7 @@ step 07b_reference 60 reference.py
 # torch.compile last: compilation time is the least predictable
 step 08_train_bf16_compile 150 train_throughput.py --amp --compile \
   --models LeCT ResNet --warmup 3
+# the same with CUDA graphs (mode reduce-overhead): one launch per graph
+# instead of one per kernel, the host time the bf16 profile of LeCT showed
+step 08b_train_bf16_cudagraphs 180 train_throughput.py --amp \
+  --compile reduce-overhead --models LeCT ResNet --warmup 3

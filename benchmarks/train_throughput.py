@@ -20,6 +20,7 @@ Examples::
 
     python benchmarks/train_throughput.py                    # all models
     python benchmarks/train_throughput.py --amp --channels-last --compile
+    python benchmarks/train_throughput.py --amp --compile reduce-overhead
     python benchmarks/train_throughput.py --compile-speedup --models LeCT
     python benchmarks/train_throughput.py --variants --models LeCT
     python benchmarks/train_throughput.py --models LeCT ResNet --iters 50
@@ -39,7 +40,8 @@ from common.cli import (add_model_args, layout_flags, new_parser,
                         resolve_models, setup)
 from common.memory import MEMORY_NOTE, fmt_bytes, peak_memory
 from common.models import (MODEL_CONFIGS, REFERENCE_MODEL, TrainStep,
-                           build_classifier, compile_model, load_config,
+                           COMPILE_MODES, build_classifier, compile_model,
+                           load_config,
                            num_classes_of, synthetic_samples)
 from common.report import Report, machine_header, markdown_table
 from common.timing import measure, measure_interleaved, synchronize
@@ -65,8 +67,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument('--amp', action='store_true',
                         help='bf16 autocast (CUDA and CPU)')
     parser.add_argument('--channels-last', action='store_true')
-    parser.add_argument('--compile', action='store_true',
-                        help='torch.compile the backbone and neck')
+    parser.add_argument(
+        '--compile', nargs='?', const='default', choices=COMPILE_MODES,
+        metavar='MODE',
+        help='torch.compile the backbone and neck, in torch.compile\'s '
+        'MODE (default: its default mode; reduce-overhead adds CUDA graphs, '
+        'which cut the launch cost on a GPU)')
     parser.add_argument(
         '--compile-speedup', action='store_true',
         help='instead of the table, time each model eager and compiled in '
@@ -121,7 +127,7 @@ def _prepare(config: str, args, device: torch.device, compiled=None,
         model = model.to(memory_format=torch.channels_last)
         inputs = inputs.contiguous(memory_format=torch.channels_last)
     if compiled:
-        compile_model(model)
+        compile_model(model, args.compile)
     samples = synthetic_samples(args.batch_size, num_classes_of(model),
                                 device)
     step = TrainStep(model, device, amp=args.amp,
@@ -349,7 +355,8 @@ def compile_speedup_table(args, device: torch.device,
     ], rows))
     report.add()
     report.add('The full step of the throughput table, eager and with '
-               'torch.compile on the backbone and neck (default mode), '
+               'torch.compile on the backbone and neck '
+               f'({args.compile or "default"} mode), '
                f'timed in turns: {args.warmup} warm-up steps each '
                f'(compilation included), then {args.iters} timed steps '
                'each.')

@@ -58,10 +58,14 @@ def add_model_args(parser: argparse.ArgumentParser,
 
 def layout_flags(args: argparse.Namespace) -> List[str]:
     """``'channels_last'`` and ``'torch.compile'`` where the run set them
-    (``--channels-last``, ``--compile``), for a table's settings line."""
+    (``--channels-last``, ``--compile``; a mode other than the default in
+    parentheses), for a table's settings line."""
+    compiled = 'torch.compile'
+    if isinstance(args.compile, str) and args.compile != 'default':
+        compiled += f' ({args.compile})'
     return [
         flag for flag, on in (('channels_last', args.channels_last),
-                              ('torch.compile', args.compile)) if on
+                              (compiled, args.compile)) if on
     ]
 
 

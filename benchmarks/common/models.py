@@ -74,16 +74,25 @@ def build_classifier(config, cfg_options: Optional[dict] = None):
     return model
 
 
-def compile_model(model: torch.nn.Module) -> torch.nn.Module:
+#: ``torch.compile``'s modes ('default': the call without ``mode``)
+COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune',
+                 'max-autotune-no-cudagraphs')
+
+
+def compile_model(model: torch.nn.Module,
+                  mode: Optional[str] = None) -> torch.nn.Module:
     """``torch.compile`` the backbone and neck in place (the heavy parts),
-    as ``compile=True`` in a config does (``CompileModelHook``).
+    as ``compile=True`` in a config does (``CompileModelHook``; a config
+    names the mode as ``compile=dict(mode=...)``), in ``mode`` (one of
+    :data:`COMPILE_MODES`; ``None``: the default).
 
     The classifier's ``loss``/``predict`` logic (data samples, label
     concatenation) stays eager, so nothing breaks the compiled graphs.
     """
     from lect_mm.engine.hooks import compile_submodules
 
-    compile_submodules(model)
+    compile_submodules(model, **({} if mode in (None, 'default') else
+                                 dict(mode=mode)))
     return model
 
 

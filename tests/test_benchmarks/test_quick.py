@@ -102,6 +102,25 @@ def test_train_throughput_options(bench):
     assert 'failed' not in _table_rows(text, 'LeCT')[0]
 
 
+def test_train_throughput_compile_mode(bench, monkeypatch):
+    # --compile MODE reaches nn.Module.compile of the backbone and neck and
+    # the table's settings line; plain --compile is torch's default mode
+    mod = bench('train_throughput')
+    assert mod.parse_args(['--compile']).compile == 'default'
+    with pytest.raises(SystemExit):
+        mod.parse_args(['--compile', 'fast'])
+    calls = []
+    monkeypatch.setattr(torch.nn.Module, 'compile',
+                        lambda self, **kwargs: calls.append(kwargs))
+    report = mod.main(QUICK + ['--models', 'LeCT', '--compile',
+                               'reduce-overhead'])
+    assert calls == [dict(mode='reduce-overhead')] * 2  # backbone, neck
+    assert ', torch.compile (reduce-overhead)' in '\n'.join(report.parts)
+    calls.clear()
+    mod.main(QUICK + ['--models', 'LeCT', '--compile'])
+    assert calls == [{}, {}]
+
+
 def test_train_throughput_profile(bench):
     mod = bench('train_throughput')
     report = mod.main(QUICK + ['--profile', 'LeCT', '--top', '5'])

@@ -117,7 +117,9 @@ def test_train_throughput_compile_mode(bench, monkeypatch):
     assert calls == [dict(mode='reduce-overhead')] * 2  # backbone, neck
     assert ', torch.compile (reduce-overhead)' in '\n'.join(report.parts)
     calls.clear()
-    mod.main(QUICK + ['--models', 'LeCT', '--compile'])
+    model = torch.nn.Module()
+    model.backbone, model.neck = torch.nn.Linear(2, 2), torch.nn.Identity()
+    bench('common.models').compile_model(model, 'default')
     assert calls == [{}, {}]
 
 

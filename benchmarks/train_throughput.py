@@ -39,10 +39,9 @@ import torch
 from common.cli import (add_model_args, layout_flags, new_parser,
                         resolve_models, setup)
 from common.memory import MEMORY_NOTE, fmt_bytes, peak_memory
-from common.models import (MODEL_CONFIGS, REFERENCE_MODEL, TrainStep,
-                           COMPILE_MODES, build_classifier, compile_model,
-                           load_config,
-                           num_classes_of, synthetic_samples)
+from common.models import (COMPILE_MODES, MODEL_CONFIGS, REFERENCE_MODEL,
+                           TrainStep, build_classifier, compile_model,
+                           load_config, num_classes_of, synthetic_samples)
 from common.report import Report, machine_header, markdown_table
 from common.timing import measure, measure_interleaved, synchronize
 

@@ -392,6 +392,7 @@ def _kernel_summary(events, steps: int, wall_s: float) -> str:
     step's wall time (a step far longer than its kernels is bound by the
     host's launches, not the GPU), and the share of compute kernels."""
     from torch.autograd import DeviceType
+
     # the profiler mirrors each CPU range (record_function: the module::
     # labels, Optimizer.step#...) on the GPU timeline as an annotation
     # spanning its kernels: not a kernel, and left out of the profiler's

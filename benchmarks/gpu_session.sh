@@ -186,78 +186,66 @@ with open(os.path.join(folder, 'batches.meta'), 'wb') as f:
                 protocol=2)
 PYEOF
 
-# seconds from the loop's start ("Checkpoints will be saved to", logged
-# before the first iteration) to the epoch's end ("Saving checkpoint", after
-# its last iteration; mmengine logs every 50th only), and the last logged
-# iteration and data times
-epoch_seconds() {
-  "$PY" - "$OUT/$1" <<'PYEOF'
-import glob
-import re
-import sys
-from datetime import datetime
-
-lines = open(sorted(glob.glob(sys.argv[1] + '/*/*.log'))[-1]).readlines()
-def stamp(line):
-    return datetime.strptime(line[:19], '%Y/%m/%d %H:%M:%S')
-start = next(stamp(x) for x in lines if 'Checkpoints will be saved' in x)
-end = next(stamp(x) for x in lines if 'Saving checkpoint' in x)
-last = [x for x in lines if 'Epoch(train)' in x][-1]
-times = dict(re.findall(r'\b(time|data_time): ([0-9.]+)', last))
-total = re.search(r'\[\d+/(\d+)\]', last.split('Epoch(train)')[1])
-print(f'{(end - start).total_seconds():.0f} s for {total.group(1)} '
-      f'iterations; last logged: time {times["time"]} s/iter, data_time '
-      f'{times["data_time"]} s')
-PYEOF
-}
-step 5b_epoch_lect_v1 240 "epoch_seconds epoch_lect_v1" -- \
-  "$PY" tools/train.py configs/lect/lect_v1_cifar10.py --amp \
-  --work-dir "$OUT/epoch_lect_v1" --cfg-options \
-  train_dataloader.dataset.data_root="$CIFAR" \
-  val_dataloader.dataset.data_root="$CIFAR" \
-  test_dataloader.dataset.data_root="$CIFAR" \
-  train_dataloader.dataset.verify_md5=False \
-  val_dataloader.dataset.verify_md5=False \
-  test_dataloader.dataset.verify_md5=False \
-  train_dataloader.batch_size=$BATCH train_dataloader.num_workers=$WORKERS \
-  train_cfg.max_epochs=1 train_cfg.val_begin=2
-
-# the iteration times of an epoch that ends in a short batch: is its last
-# iteration, the first at that batch size, the slow end of step 5b?
-iteration_times() {
-  "$PY" - "$OUT/$1" <<'PYEOF'
+# what a run's mmengine log says of its training epoch (mmengine logs the
+# iteration times of every LoggerHook interval; --cfg-options sets it):
+#   epoch DIR       seconds from the loop's start ("Checkpoints will be saved
+#                   to", logged before the first iteration) to the epoch's end
+#                   ("Saving checkpoint", after its last iteration), and the
+#                   last logged iteration and data times
+#   iterations DIR  first, median and last logged iteration time, and the
+#                   seconds from the last one to the checkpoint
+train_log() {
+  "$PY" - "$1" "$OUT/$2" <<'PYEOF'
 import glob
 import re
 import statistics
 import sys
 from datetime import datetime
 
-lines = open(sorted(glob.glob(sys.argv[1] + '/*/*.log'))[-1]).readlines()
+kind, folder = sys.argv[1:]
+lines = open(sorted(glob.glob(folder + '/*/*.log'))[-1]).readlines()
 train = [x for x in lines if 'Epoch(train)' in x]
-times = [float(re.search(r'\btime: ([0-9.]+)', x).group(1)) for x in train]
 def stamp(line):
     return datetime.strptime(line[:19], '%Y/%m/%d %H:%M:%S')
+def value(key, line):
+    return float(re.search(rf'\b{key}: ([0-9.]+)', line).group(1))
 end = next(stamp(x) for x in lines if 'Saving checkpoint' in x)
-print(f'{len(times)} iterations: first {times[0]:.3f} s, median '
-      f'{statistics.median(times[1:-1]):.3f} s, last (short batch) '
-      f'{times[-1]:.3f} s; last to checkpoint '
-      f'{(end - stamp(train[-1])).total_seconds():.0f} s')
+if kind == 'epoch':
+    start = next(stamp(x) for x in lines if 'Checkpoints will be saved' in x)
+    total = re.search(r'\[\d+/(\d+)\]', train[-1].split('Epoch(train)')[1])
+    print(f'{(end - start).total_seconds():.0f} s for {total.group(1)} '
+          f'iterations; last logged: time {value("time", train[-1])} '
+          f's/iter, data_time {value("data_time", train[-1])} s')
+else:
+    times = [value('time', x) for x in train]
+    print(f'{len(times)} iterations: first {times[0]:.3f} s, median '
+          f'{statistics.median(times[1:-1]):.3f} s, last (short batch) '
+          f'{times[-1]:.3f} s; last to checkpoint '
+          f'{(end - stamp(train[-1])).total_seconds():.0f} s')
 PYEOF
 }
-# the first 16 full batches of 5a's files and one batch of a quarter,
-# each iteration's own time logged (window 1); else as 5b
-step 5c_short_last_batch 90 "iteration_times epoch_tail" -- \
+# the --cfg-options of LeCT v1 --amp on 5a's files: the data root,
+# verify_md5=False for the generated files, 1 epoch, no validation
+CIFAR_EPOCH=(train_dataloader.dataset.data_root="$CIFAR"
+  val_dataloader.dataset.data_root="$CIFAR"
+  test_dataloader.dataset.data_root="$CIFAR"
+  train_dataloader.dataset.verify_md5=False
+  val_dataloader.dataset.verify_md5=False
+  test_dataloader.dataset.verify_md5=False
+  train_dataloader.batch_size="$BATCH"
+  train_dataloader.num_workers="$WORKERS"
+  train_cfg.max_epochs=1 train_cfg.val_begin=2)
+step 5b_epoch_lect_v1 240 "train_log epoch epoch_lect_v1" -- \
   "$PY" tools/train.py configs/lect/lect_v1_cifar10.py --amp \
-  --work-dir "$OUT/epoch_tail" --cfg-options \
-  train_dataloader.dataset.data_root="$CIFAR" \
-  val_dataloader.dataset.data_root="$CIFAR" \
-  test_dataloader.dataset.data_root="$CIFAR" \
-  train_dataloader.dataset.verify_md5=False \
-  val_dataloader.dataset.verify_md5=False \
-  test_dataloader.dataset.verify_md5=False \
+  --work-dir "$OUT/epoch_lect_v1" --cfg-options "${CIFAR_EPOCH[@]}"
+# the iteration times of an epoch that ends in a short batch: is its last
+# iteration, the first at that batch size, the slow end of step 5b? The
+# first 16 full batches of 5a's files and one batch of a quarter, each
+# iteration's own time logged (window 1)
+step 5c_short_last_batch 90 "train_log iterations epoch_tail" -- \
+  "$PY" tools/train.py configs/lect/lect_v1_cifar10.py --amp \
+  --work-dir "$OUT/epoch_tail" --cfg-options "${CIFAR_EPOCH[@]}" \
   train_dataloader.dataset.indices=$((16 * BATCH + (BATCH + 3) / 4)) \
-  train_dataloader.batch_size=$BATCH train_dataloader.num_workers=$WORKERS \
-  train_cfg.max_epochs=1 train_cfg.val_begin=2 \
   default_hooks.logger.interval=1 log_processor.window_size=1
 
 left=$((BUDGET - (SECONDS - START)))

@@ -110,14 +110,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _prepare(config: str, args, device: torch.device, compiled=None,
-             cfg_options: Optional[dict] = None,
              model: Optional[torch.nn.Module] = None):
     """Model (train mode, on device), step, inputs and labels; compiled
     when ``compiled`` (default ``args.compile``). ``model``: the one built
     from ``config`` already (by :func:`_build`), else it is built here."""
     compiled = args.compile if compiled is None else compiled
     if model is None:
-        model = _build(config, device, cfg_options)
+        model = _build(config, device)
     model = model.train()
     params = count_params(model)
     inputs = torch.randn(args.batch_size, 3, args.img_size, args.img_size,

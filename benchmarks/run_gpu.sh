@@ -15,7 +15,7 @@
 # Each step runs under `timeout`, within a global budget (BUDGET seconds,
 # default 470), most important first; a step that fails or times out is
 # logged and the next one runs. Partial results are still collected.
-# The step limits add up to about 13 minutes: where one call may not run
+# The step limits add up to about 18 minutes: where one call may not run
 # that long, split the run with ONLY, a bash regex on the step names:
 #   ONLY='^0[1-4]' bash benchmarks/run_gpu.sh     # throughput, LeMSA
 #   ONLY='^05' bash benchmarks/run_gpu.sh         # the 50k-image epochs

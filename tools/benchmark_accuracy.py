@@ -50,12 +50,14 @@ Example::
 """
 import argparse
 import datetime
+import functools
 import json
 import math
 import os
 import os.path as osp
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -126,18 +128,105 @@ PROTOCOLS = {
 }
 
 
+#: ``--models timm/NAME`` trains ``timm.create_model(NAME)`` (no pretrained
+#: weights) through mmpretrain's ``TimmClassifier``, under the protocol's
+#: ``timm<suffix>`` config: the zoo's data, transforms, batch and schedule.
+TIMM_PREFIX = 'timm/'
+
+#: The LeCT report's learning rates (Appendix): 6e-3 for its pure convnets
+#: (ResNet, ConvNeXt), 1e-3 for every model with attention. A timm model
+#: takes the one of its kind (:func:`has_attention`).
+REPORT_LR = dict(convnet=6e-3, attention=1e-3)
+
+
+def is_timm(model: str) -> bool:
+    return model.startswith(TIMM_PREFIX)
+
+
+def label(model: str) -> str:
+    """The model's name in tables and plots."""
+    return MODELS.get(model) or 'timm ' + model[len(TIMM_PREFIX):]
+
+
+def model_order(model: str) -> Tuple[int, str]:
+    """Sort key: the zoo's models in table order, then timm's by name."""
+    return (list(MODELS).index(model), '') if model in MODELS else (
+        len(MODELS), model)
+
+
+def model_dir(model: str) -> str:
+    """The model's folder under the work dir (``timm/x`` -> ``timm-x``)."""
+    return model.replace('/', '-')
+
+
 def available_models(protocol: str) -> List[str]:
-    """The models with a config under ``protocol``."""
+    """The zoo models with a config under ``protocol``."""
     return PROTOCOLS[protocol].get('available', list(MODELS))
+
+
+def check_model(protocol: str, model: str) -> None:
+    """Raise ValueError unless ``model`` can run under ``protocol``: a zoo
+    model with a config there, or ``timm/NAME`` of a model timm knows."""
+    if is_timm(model):
+        config = osp.join(CONFIG_DIR, 'timm' + PROTOCOLS[protocol]['suffix'])
+        if not osp.isfile(config):
+            raise ValueError(
+                f'--models: {model}: timm models have no config under the '
+                f'{protocol!r} protocol ({osp.relpath(config, REPO)})')
+        try:
+            import timm
+        except ImportError as e:
+            raise ValueError(f'--models: {model} needs timm (pip install '
+                             "'lect_mm[timm]')") from e
+        name = model[len(TIMM_PREFIX):]
+        if not timm.is_model(name):
+            close = timm.list_models(f'*{name[:4]}*')[:8]
+            raise ValueError(f'--models: timm has no model {name!r}; '
+                             f'similar names: {close}')
+    elif model not in available_models(protocol):
+        raise ValueError(
+            f'--models: {model} has no config under the {protocol!r} '
+            f'protocol; choose from {available_models(protocol)} or '
+            f'{TIMM_PREFIX}NAME for any timm model')
 
 
 def config_path(protocol: str, model: str) -> str:
     """The config of ``model`` under ``protocol``."""
-    if model not in available_models(protocol):
-        raise ValueError(
-            f'--models: {model} has no config under the {protocol!r} '
-            f'protocol; choose from {available_models(protocol)}')
-    return osp.join(CONFIG_DIR, model + PROTOCOLS[protocol]['suffix'])
+    check_model(protocol, model)
+    name = 'timm' if is_timm(model) else model
+    return osp.join(CONFIG_DIR, name + PROTOCOLS[protocol]['suffix'])
+
+
+def has_attention(model) -> bool:
+    """Whether ``model``'s forward computes attention weights: a softmax or
+    ``scaled_dot_product_attention`` among the ops of one 64x64 image
+    (torch's profiler). Pure convnets (ResNet, MobileNet, squeeze-excite
+    gates) compute neither."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as p:
+            model(torch.zeros(1, 3, 64, 64))
+    finally:
+        model.train(was_training)
+    return any('softmax' in e.key or 'scaled_dot_product' in e.key
+               for e in p.key_averages())
+
+
+@functools.lru_cache(maxsize=None)
+def model_options(protocol: str, model: str) -> Tuple[str, ...]:
+    """The ``--cfg-options`` that select ``model`` in its config: a timm
+    model's name, and the report's lr of its kind."""
+    if not is_timm(model):
+        return ()
+    import timm
+    name = model[len(TIMM_PREFIX):]
+    net = timm.create_model(name, pretrained=False, num_classes=10)
+    kind = 'attention' if has_attention(net) else 'convnet'
+    return (f'model.model_name={name}',
+            f'optim_wrapper.optimizer.lr={REPORT_LR[kind]}')
 
 
 def git_commit() -> str:
@@ -211,13 +300,16 @@ class Schedule(NamedTuple):
     val_interval: int
 
 
-def schedule_for(cfg, base_images: int, train_images: int) -> Schedule:
-    """Epochs for ``train_images`` with the steps of the protocol's run.
+def schedule_for(cfg, base_images: int, train_images: int,
+                 steps: Optional[int] = None) -> Schedule:
+    """Epochs for ``train_images`` with ``steps`` optimizer steps (default:
+    the steps of the protocol's run).
 
     The protocol trains ``max_epochs`` over ``base_images``; a size of
-    ``train_images`` gets the epoch count whose steps come closest, and
-    validates (and saves) every ``round(epochs / max_epochs)`` epochs, so
-    every size is validated about as often.
+    ``train_images`` or a budget of ``steps`` gets the epoch count whose
+    steps come closest, and validates (and saves) every
+    ``round(epochs / max_epochs)`` epochs, so every run is validated about
+    as often as the protocol's (and spends about as much on validation).
     """
     loader = cfg.train_dataloader
     batch, drop_last = loader.batch_size, loader.get('drop_last', False)
@@ -228,12 +320,45 @@ def schedule_for(cfg, base_images: int, train_images: int) -> Schedule:
         raise ValueError(
             f'--train-images {train_images} is smaller than one batch of '
             f'{batch} with drop_last=True: no training step.')
-    if train_images == base_images:
+    if train_images == base_images and steps in (None, base_steps):
         return Schedule(train_images, base_epochs, base_steps,
                         int(cfg.train_cfg.get('val_interval', 1)))
-    epochs = max(1, math.floor(base_steps / per_epoch + 0.5))
+    steps = base_steps if steps is None else steps
+    epochs = max(1, math.floor(steps / per_epoch + 0.5))
     return Schedule(train_images, epochs, epochs * per_epoch,
                     max(1, math.floor(epochs / base_epochs + 0.5)))
+
+
+# ----------------------------------------------------------------- budgets
+#: ``--budget``: what the models are given equal amounts of.
+BUDGETS = ('epochs', 'cpu-time', 'flops')
+
+#: Training FLOPs of one image: the forward's and the backward's, which
+#: computes two products (gradients of inputs and of weights) per forward
+#: product. The factor is the same for every model, so budgets in FLOPs are
+#: ratios of forward FLOPs.
+TRAIN_FLOPS_PER_FORWARD = 3
+
+
+def budget_steps(budget: str, scale: float, ref_steps: int,
+                 ref_cost: float = 1., cost: float = 1.) -> int:
+    """Optimizer steps whose cost equals ``scale`` x the reference run's.
+
+    Args:
+        budget: ``'epochs'`` (the reference's steps, whatever a step costs),
+            ``'cpu-time'`` or ``'flops'`` (``ref_cost`` and ``cost``: the
+            cost of one step of the reference model and of this model, in
+            CPU seconds or training FLOPs).
+        scale: the budget in units of the reference run's cost.
+        ref_steps: the reference run's steps (the protocol's schedule).
+    """
+    if budget not in BUDGETS:
+        raise ValueError(f'--budget: {budget!r}; choose from {BUDGETS}')
+    if scale <= 0 or ref_cost <= 0 or cost <= 0:
+        raise ValueError(f'budget_steps: scale {scale}, ref_cost {ref_cost} '
+                         f'and cost {cost} must be positive')
+    ratio = 1. if budget == 'epochs' else ref_cost / cost
+    return max(1, math.floor(scale * ref_steps * ratio + 0.5))
 
 
 def schedule_options(schedule: Schedule) -> List[str]:
@@ -247,14 +372,53 @@ def schedule_options(schedule: Schedule) -> List[str]:
 
 
 class Run(NamedTuple):
-    """One training run of the report."""
+    """One training run of the report.
+
+    ``epochs`` is None on the protocol's schedule for ``train_images``;
+    ``holdout`` > 0 trains on the first ``train_images`` and validates and
+    scores on the next ``holdout`` training images, never the test set.
+    """
     model: str
     train_images: int
     seed: int
+    epochs: Optional[int] = None
+    lr_scale: float = 1.
+    holdout: int = 0
 
     @property
     def name(self) -> str:
-        return f'{self.model}/n{self.train_images}_seed{self.seed}'
+        tags = [f'n{self.train_images}']
+        if self.epochs is not None:
+            tags.append(f'e{self.epochs}')
+        if self.lr_scale != 1:
+            tags.append(f'lr{self.lr_scale:g}')
+        if self.holdout:
+            tags.append(f'holdout{self.holdout}')
+        return f'{model_dir(self.model)}/{"_".join(tags)}_seed{self.seed}'
+
+    @property
+    def on_protocol(self) -> bool:
+        """The protocol's own schedule, lr and test set."""
+        return self.epochs is None and self.lr_scale == 1 and not self.holdout
+
+
+def holdout_config(work_dir: str, config: str, first: int,
+                   stop: int) -> str:
+    """Write ``work_dir/config/holdout.py``: ``config`` validated and tested
+    on the training images ``first`` to ``stop - 1``; return its path. (Not
+    in ``work_dir`` itself, where the runner dumps the config it ran under
+    the config's file name.)"""
+    held = (f"dict(split='train', indices=list(range({first}, {stop})))")
+    os.makedirs(osp.join(work_dir, 'config'), exist_ok=True)
+    path = osp.join(work_dir, 'config', 'holdout.py')
+    with open(path, 'w') as f:
+        f.write(f'# {osp.basename(config)}, validated and scored on the '
+                f'training images {first}-{stop - 1}\n'
+                f'# (held out from training), never on the test set.\n'
+                f'_base_ = [{config!r}]\n'
+                f'val_dataloader = dict(dataset={held})\n'
+                f'test_dataloader = dict(dataset={held})\n')
+    return path
 
 
 def describe(config: str, options: Optional[dict]) -> dict:
@@ -343,11 +507,16 @@ def run_one(protocol: str, run: Run, schedule: Schedule, work_root: str,
         return result
     os.makedirs(work_dir, exist_ok=True)
     config = config_path(protocol, run.model)
+    options = [*cfg_options, *model_options(protocol, run.model)]
+    lr = float(load_config(config, parse_cfg_options(options))
+               .optim_wrapper.optimizer.lr) * run.lr_scale
+    if run.lr_scale != 1:
+        options.append(f'optim_wrapper.optimizer.lr={lr:g}')
+    if run.holdout:
+        config = holdout_config(work_dir, config, run.train_images,
+                                run.train_images + run.holdout)
     log_path = osp.join(work_dir, 'benchmark.log')
-    options = [
-        *cfg_options, f'randomness.seed={run.seed}',
-        *schedule_options(schedule)
-    ]
+    options += [f'randomness.seed={run.seed}', *schedule_options(schedule)]
 
     # Wall and CPU seconds of training, summed over interrupted attempts.
     times_path = osp.join(work_dir, 'train_seconds.json')
@@ -392,8 +561,16 @@ def run_one(protocol: str, run: Run, schedule: Schedule, work_root: str,
     train_seconds = sum(seconds)
     result = dict(
         model=run.model,
-        label=MODELS[run.model],
-        config=osp.relpath(config, REPO),
+        label=label(run.model),
+        config=osp.relpath(config, REPO) if config.startswith(REPO) else
+        osp.relpath(config, work_root),
+        lr=lr,
+        lr_scale=run.lr_scale,
+        holdout=run.holdout,
+        scored_on=(f'training images {run.train_images}-'
+                   f'{run.train_images + run.holdout - 1}' if run.holdout
+                   else 'test set'),
+        on_protocol=run.on_protocol,
         checkpoint=osp.relpath(checkpoint, REPO)
         if checkpoint.startswith(REPO) else checkpoint,
         top1=float(metrics['accuracy/top1']),
@@ -416,6 +593,91 @@ def run_one(protocol: str, run: Run, schedule: Schedule, work_root: str,
     print(f'[{run.name}] top-1 {result["top1"]:.2f}, top-5 '
           f'{result["top5"]:.2f}, {train_seconds / 60:.1f} min')
     return result
+
+
+#: ``--budget cpu-time`` calibration: two one-epoch runs of
+#: ``tools/train.py`` of these many steps. The difference of their CPU
+#: seconds over the difference of their steps is one step's cost, free of
+#: what both runs share (start-up, loader workers' start, checkpoint,
+#: validation).
+CALIBRATION_STEPS = (5, 65)
+
+
+def _write_json(path: str, obj) -> None:
+    """Write ``obj`` to ``path`` whole or not at all."""
+    tmp = f'{path}.tmp{os.getpid()}'
+    with open(tmp, 'w') as f:
+        json.dump(obj, f, indent=1)
+        f.write('\n')
+    os.replace(tmp, path)
+
+
+def calibrate(protocol: str, model: str, work_root: str,
+              cfg_options: Sequence[str]) -> dict:
+    """Measured CPU seconds of one training step of ``model``, by two short
+    runs (:data:`CALIBRATION_STEPS`); kept in ``work_root/calibration.json``
+    and reused, so that a budget's epochs never change between sessions."""
+    path = osp.join(work_root, 'calibration.json')
+    key = ' '.join([protocol, model, *cfg_options])
+    cache = {}
+    if osp.isfile(path):
+        with open(path) as f:
+            cache = json.load(f)
+    if key in cache:
+        return cache[key]
+    config = config_path(protocol, model)
+    options = [*cfg_options, *model_options(protocol, model)]
+    batch = load_config(config, parse_cfg_options(options)
+                        ).train_dataloader.batch_size
+    cpu = []
+    for steps in CALIBRATION_STEPS:
+        work_dir = osp.join(work_root, 'calibration', model_dir(model),
+                            f'steps{steps}')
+        if osp.isdir(work_dir):  # an interrupted calibration's own folder
+            shutil.rmtree(work_dir)
+        os.makedirs(work_dir)
+        cmd = [sys.executable, 'tools/train.py', config, '--work-dir',
+               work_dir, *PROTOCOLS[protocol]['train_args'], *_cfg_args([
+                   *options, 'train_cfg.max_epochs=1',
+                   f'train_dataloader.dataset.indices={steps * batch}',
+                   f'val_dataloader.dataset.indices={batch}'])]
+        print(f'[calibration] {model}: {steps} steps')
+        start = children_cpu_seconds()
+        _run(cmd, osp.join(work_dir, 'benchmark.log'))
+        cpu.append(children_cpu_seconds() - start)
+    (short, long), (cpu_short, cpu_long) = CALIBRATION_STEPS, cpu
+    entry = dict(cpu_seconds_per_step=(cpu_long - cpu_short) / (long - short),
+                 cpu_seconds=dict(zip(map(str, CALIBRATION_STEPS), cpu)),
+                 machine=machine(), commit=git_commit(),
+                 date=datetime.date.today().isoformat())
+    if entry['cpu_seconds_per_step'] <= 0:
+        raise RuntimeError(f'calibration of {model}: {long} steps took no '
+                           f'more CPU time than {short} ({cpu}); re-run it')
+    if osp.isfile(path):  # another process may have added its models
+        with open(path) as f:
+            cache = json.load(f)
+    cache[key] = entry
+    _write_json(path, cache)
+    print(f'[calibration] {model}: '
+          f'{entry["cpu_seconds_per_step"]:.3f} CPU s per step')
+    return entry
+
+
+def step_cost(budget: str, protocol: str, model: str, work_root: str,
+              cfg_options: Sequence[str]) -> float:
+    """One training step of ``model`` in the budget's unit: CPU seconds
+    (``cpu-time``), training FLOPs (``flops``), or 1 (``epochs``)."""
+    if budget == 'cpu-time':
+        return calibrate(protocol, model, work_root,
+                         cfg_options)['cpu_seconds_per_step']
+    if budget == 'flops':
+        config = config_path(protocol, model)
+        options = [*cfg_options, *model_options(protocol, model)]
+        parsed = parse_cfg_options(options)
+        batch = load_config(config, parsed).train_dataloader.batch_size
+        return (TRAIN_FLOPS_PER_FORWARD * batch *
+                describe(config, parsed)['flops'])
+    return 1.
 
 
 def collect_results(work_root: str) -> List[dict]:
@@ -510,7 +772,7 @@ def plot_data_efficiency(sizes_by_model: Dict[str, Dict[int, List[float]]],
         stats = [mean_sd(sizes[n]) for n in xs]
         ax.errorbar(xs, [m for m, _ in stats],
                     yerr=[sd or 0.0 for _, sd in stats], marker='o',
-                    capsize=3, color=f'C{i % 10}', label=MODELS[model])
+                    capsize=3, color=f'C{i % 10}', label=label(model))
     ax.set_xscale('log')
     ax.set_xlabel('training images (equal optimizer steps)')
     ax.set_ylabel('test top-1 (%)')
@@ -528,7 +790,7 @@ def plot_cost(by_model: Dict[str, List[dict]], out_png: str,
         top1 = [r['top1'] for r in runs]
         ax.scatter(minutes, top1, color=color, alpha=0.45, s=18)
         ax.scatter([statistics.fmean(minutes)], [statistics.fmean(top1)],
-                   color=color, marker='D', s=40, label=MODELS[model])
+                   color=color, marker='D', s=40, label=label(model))
     ax.set_xlabel('training CPU time (min, this machine)')
     ax.set_ylabel('test top-1 (%)')
     _save(fig, ax, title, out_png)
@@ -592,7 +854,7 @@ def seeds_table(by_model: Dict[str, List[dict]]) -> List[str]:
     for model, runs in ranked:
         per_seed = {r['seed']: r['top1'] for r in runs}
         rows.append(
-            f'| {MODELS[model]} | {fmt_mean_sd([r["top1"] for r in runs])} '
+            f'| {label(model)} | {fmt_mean_sd([r["top1"] for r in runs])} '
             '| ' + ' | '.join(
                 f'{per_seed[s]:.2f}' if s in per_seed else '—'
                 for s in seeds) +
@@ -615,7 +877,7 @@ def pairs_table(pairs: List[dict]) -> List[str]:
     for p in pairs:
         spread = '—' if p['spread'] is None else f'{p["spread"]:.2f}'
         rows.append(
-            f'| {MODELS[p["a"]]} > {MODELS[p["b"]]} | '
+            f'| {label(p["a"])} > {label(p["b"])} | '
             f'{p["report_diff"]:+.2f} | {p["diff"]:+.2f} | {spread} | '
             f'{p["verdict"]} |')
     return rows
@@ -633,7 +895,7 @@ def data_efficiency_table(sizes_by_model: Dict[str, Dict[int, List[float]]],
         '|---|' + '---:|' * len(sizes),
     ]
     for model, by_size in sizes_by_model.items():
-        rows.append(f'| {MODELS[model]} | ' + ' | '.join(
+        rows.append(f'| {label(model)} | ' + ' | '.join(
             fmt_mean_sd(by_size[n]) + (f' ({len(by_size[n])})' if len(
                 by_size[n]) > 1 else '') if n in by_size else '—'
             for n in sizes) + ' |')
@@ -651,10 +913,10 @@ def write_report(protocol: str, results: List[dict], base_images: int,
     by_model = {
         m: sorted(runs, key=lambda r: r['seed'])
         for m, runs in sorted(_group(base, lambda r: r['model']).items(),
-                              key=lambda kv: list(MODELS).index(kv[0]))
+                              key=lambda kv: model_order(kv[0]))
     }
     sizes_by_model: Dict[str, Dict[int, List[float]]] = {}
-    for r in sorted(results, key=lambda r: list(MODELS).index(r['model'])):
+    for r in sorted(results, key=lambda r: model_order(r['model'])):
         sizes_by_model.setdefault(r['model'], {}).setdefault(
             r['train_images'], []).append(r['top1'])
     several_sizes = {
@@ -827,7 +1089,7 @@ def plot_resolution(runs_by_size: Dict[int, List[dict]], out_png: str,
             continue
         ax.errorbar([p[0] for p in points], [p[1] for p in points],
                     yerr=[p[2] or 0.0 for p in points], marker='o',
-                    capsize=3, color=f'C{i % 10}', label=MODELS[model])
+                    capsize=3, color=f'C{i % 10}', label=label(model))
     ax.set_xticks(sizes)
     ax.set_xlabel('input size (pixels per side)')
     ax.set_ylabel('test top-1 (%), mean ± SD over seeds')
@@ -883,7 +1145,7 @@ def write_resolution_report(out_dir: str,
         stats = [[r['top1'] for r in runs_by_size[s] if r['model'] == model]
                  for s in sizes]
         change = statistics.fmean(stats[-1]) - statistics.fmean(stats[0])
-        lines.append(f'| {MODELS[model]} | ' + ' | '.join(
+        lines.append(f'| {label(model)} | ' + ' | '.join(
             f'{fmt_mean_sd(t)} ({len(t)})' for t in stats) +
             f' | {change:+.2f} |')
     rows = resolution_rows({s: [r for r in runs_by_size[s]
@@ -907,7 +1169,7 @@ def write_resolution_report(out_dir: str,
     for r in rows:
         spread = '—' if r['spread'] is None else f'{r["spread"]:.2f}'
         lines.append(
-            f'| {MODELS[r["a"]]} > {MODELS[r["b"]]} | ' + ' | '.join(
+            f'| {label(r["a"])} > {label(r["b"])} | ' + ' | '.join(
                 f'{r["margins"][s]:+.2f}' for s in sizes) +
             f' | {r["change"]:+.2f} | {spread} | {r["verdict"]} |')
     text = '\n'.join(lines) + '\n'
@@ -926,8 +1188,10 @@ def parse_args(argv=None):
         '112x112; gpu: the report\'s 224x224 and augmentation, 60k images, '
         '5 epochs')
     parser.add_argument(
-        '--models', nargs='+', choices=list(MODELS),
-        help='models to run, in this order (default: the protocol\'s set)')
+        '--models', nargs='+',
+        help='models to run, in this order: the zoo\'s names '
+        f'({", ".join(MODELS)}) or {TIMM_PREFIX}NAME for any timm model '
+        '(default: the protocol\'s set)')
     parser.add_argument(
         '--seeds', nargs='+', type=int,
         help='run every model with each of these seeds (default: the '
@@ -937,6 +1201,28 @@ def parse_args(argv=None):
         help='run every model on the first N training images for each N, '
         'with the optimizer steps of the protocol\'s own size (default: '
         'the protocol\'s size only)')
+    parser.add_argument(
+        '--budget', choices=BUDGETS, default='epochs',
+        help='what each model gets as much of as the --budget-ref model on '
+        'the protocol\'s schedule: epochs (the protocol\'s, the default), '
+        'cpu-time (measured CPU seconds per step, calibration.json) or '
+        'flops (training FLOPs per step); sets each model\'s epochs')
+    parser.add_argument(
+        '--budget-ref', default='lect_v1',
+        help='the model whose protocol run sets the budget (default '
+        'lect_v1)')
+    parser.add_argument(
+        '--budget-scale', nargs='+', type=float, default=[1.],
+        help='budgets in units of the reference run\'s cost, one run per '
+        'value (default 1)')
+    parser.add_argument(
+        '--lr-scale', nargs='+', type=float, default=[1.],
+        help='multiply each config\'s lr by these, one run per value '
+        '(default 1)')
+    parser.add_argument(
+        '--holdout', type=int, default=0, metavar='N',
+        help='train on all but the last N of the protocol\'s training '
+        'images; validate and score on those N, never on the test set')
     parser.add_argument(
         '--work-dir',
         help='root of the runs\' work dirs; default '
@@ -958,11 +1244,23 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if args.protocol is None and not args.resolution_report:
         parser.error('--protocol is required (or --resolution-report)')
-    for model in args.models or ():
-        if model not in available_models(args.protocol):
-            parser.error(f'--models: {model} has no config under the '
-                         f'{args.protocol!r} protocol; choose from '
-                         f'{available_models(args.protocol)}')
+    for model in [*(args.models or ()), args.budget_ref
+                  ] if args.protocol else ():
+        try:
+            check_model(args.protocol, model)
+        except ValueError as e:
+            parser.error(str(e).replace('--models', '--budget-ref')
+                         if model is args.budget_ref else str(e))
+    for flag in ('budget_scale', 'lr_scale'):
+        for x in getattr(args, flag):
+            if not x > 0:
+                parser.error(f'--{flag.replace("_", "-")}: {x} is not a '
+                             'positive factor')
+    if args.holdout < 0:
+        parser.error(f'--holdout: {args.holdout} is not a count of images')
+    if args.holdout and args.train_images:
+        parser.error('--holdout carves its images from the protocol\'s '
+                     'training set; it does not combine with --train-images')
     for n in args.train_images or ():
         if n < 1:
             parser.error(f'--train-images: {n} is not a positive count')
@@ -983,6 +1281,41 @@ def record_command(work_root: str, command: str) -> List[str]:
     return commands
 
 
+def plan_runs(args, models: Sequence[str], cfg, base_images: int,
+              sizes: Sequence[int], seeds: Sequence[int], work_root: str,
+              options: Sequence[str]) -> List[Tuple[Run, Schedule]]:
+    """The runs of a command, in order, each with its schedule; prints each
+    model's budget (calibrating first what ``--budget cpu-time`` needs)."""
+    ref_steps = schedule_for(cfg, base_images, base_images).steps
+    ref_cost = step_cost(args.budget, args.protocol, args.budget_ref,
+                         work_root, options)
+    costs = {m: step_cost(args.budget, args.protocol, m, work_root, options)
+             for m in models}
+    if args.budget != 'epochs':
+        print(f'--budget {args.budget}: {args.budget_ref} costs '
+              f'{ref_cost:.4g} per step, {ref_steps} steps')
+    plan = []
+    for n in sizes:
+        for scale in args.budget_scale:
+            steps = {m: budget_steps(args.budget, scale, ref_steps, ref_cost,
+                                     costs[m]) for m in models}
+            for lr_scale in args.lr_scale:
+                for seed in seeds:
+                    for model in models:
+                        schedule = schedule_for(cfg, base_images, n,
+                                                steps[model])
+                        own = schedule_for(cfg, base_images, n)
+                        epochs = (None if schedule.epochs == own.epochs
+                                  else schedule.epochs)
+                        plan.append((Run(model, n, seed, epochs, lr_scale,
+                                         args.holdout), schedule))
+            if args.budget != 'epochs':
+                for model in models:
+                    print(f'  x{scale:g}: {label(model)}: {costs[model]:.4g} '
+                          f'per step -> {steps[model]} steps')
+    return plan
+
+
 def main(argv=None) -> Dict[str, dict]:
     args = parse_args(argv)
     if args.resolution_report:
@@ -999,8 +1332,12 @@ def main(argv=None) -> Dict[str, dict]:
     cfg = load_config(config_path(args.protocol, models[0]), parsed)
     base_images = train_set_size(cfg)
     seeds = args.seeds or [int(cfg.get('randomness', {}).get('seed') or 0)]
-    sizes = args.train_images or [base_images]
-    schedules = {n: schedule_for(cfg, base_images, n) for n in sizes}
+    if args.holdout >= base_images:
+        raise SystemExit(f'--holdout {args.holdout} leaves no training '
+                         f'image of {base_images:,}')
+    sizes = args.train_images or [base_images - args.holdout]
+    plan = plan_runs(args, models, cfg, base_images, sizes, seeds,
+                     work_root, options)
 
     command = 'python tools/benchmark_accuracy.py ' + ' '.join(
         sys.argv[1:] if argv is None else argv)
@@ -1008,22 +1345,20 @@ def main(argv=None) -> Dict[str, dict]:
                 if '--report-only' not in c]
     results = {}
     if not args.report_only:
-        for n in sizes:
-            for seed in seeds:
-                for model in models:
-                    run = Run(model, n, seed)
-                    results[run.name] = run_one(args.protocol, run,
-                                                schedules[n], work_root,
-                                                options)
+        for run, schedule in plan:
+            results[run.name] = run_one(args.protocol, run, schedule,
+                                        work_root, options)
 
-    finished = collect_results(work_root)
+    # The protocol's page: its own schedule, lr and test set only.
+    finished = [r for r in collect_results(work_root)
+                if r.get('on_protocol', True)]
     if not finished:
         raise SystemExit(f'no finished run under {work_root}')
     first_seed = min(r['seed'] for r in finished)
     convergence_runs = sorted(
         (r for r in finished
          if r['train_images'] == base_images and r['seed'] == first_seed),
-        key=lambda r: list(MODELS).index(r['model']))
+        key=lambda r: model_order(r['model']))
     convergence = None
     os.makedirs(args.out_dir, exist_ok=True)
     if convergence_runs:

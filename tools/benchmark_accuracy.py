@@ -50,6 +50,7 @@ Example::
 """
 import argparse
 import datetime
+import difflib
 import functools
 import json
 import math
@@ -180,7 +181,7 @@ def check_model(protocol: str, model: str) -> None:
                              "'lect_mm[timm]')") from e
         name = model[len(TIMM_PREFIX):]
         if not timm.is_model(name):
-            close = timm.list_models(f'*{name[:4]}*')[:8]
+            close = difflib.get_close_matches(name, timm.list_models(), 5)
             raise ValueError(f'--models: timm has no model {name!r}; '
                              f'similar names: {close}')
     elif model not in available_models(protocol):
@@ -199,20 +200,29 @@ def config_path(protocol: str, model: str) -> str:
 
 def has_attention(model) -> bool:
     """Whether ``model``'s forward computes attention weights: a softmax or
-    ``scaled_dot_product_attention`` among the ops of one 64x64 image
-    (torch's profiler). Pure convnets (ResNet, MobileNet, squeeze-excite
-    gates) compute neither."""
+    ``scaled_dot_product_attention`` among the torch functions it calls on
+    one 64x64 image. Pure convnets (ResNet, MobileNet, squeeze-excite
+    gates) call neither."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.overrides import TorchFunctionMode
+
+    class Calls(TorchFunctionMode):
+
+        names = set()
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.names.add(getattr(func, '__name__', ''))
+            return func(*args, **(kwargs or {}))
+
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as p:
+        with torch.no_grad(), Calls() as calls:
             model(torch.zeros(1, 3, 64, 64))
     finally:
         model.train(was_training)
-    return any('softmax' in e.key or 'scaled_dot_product' in e.key
-               for e in p.key_averages())
+    return any(n in ('softmax', 'scaled_dot_product_attention')
+               for n in calls.names)
 
 
 @functools.lru_cache(maxsize=None)
@@ -613,18 +623,20 @@ def _write_json(path: str, obj) -> None:
 
 
 def calibrate(protocol: str, model: str, work_root: str,
-              cfg_options: Sequence[str]) -> dict:
+              cfg_options: Sequence[str],
+              measure: bool = True) -> Optional[dict]:
     """Measured CPU seconds of one training step of ``model``, by two short
     runs (:data:`CALIBRATION_STEPS`); kept in ``work_root/calibration.json``
-    and reused, so that a budget's epochs never change between sessions."""
+    and reused, so that a budget's epochs never change between sessions.
+    None when it was never measured and ``measure`` is False."""
     path = osp.join(work_root, 'calibration.json')
     key = ' '.join([protocol, model, *cfg_options])
     cache = {}
     if osp.isfile(path):
         with open(path) as f:
             cache = json.load(f)
-    if key in cache:
-        return cache[key]
+    if key in cache or not measure:
+        return cache.get(key)
     config = config_path(protocol, model)
     options = [*cfg_options, *model_options(protocol, model)]
     batch = load_config(config, parse_cfg_options(options)
@@ -664,12 +676,14 @@ def calibrate(protocol: str, model: str, work_root: str,
 
 
 def step_cost(budget: str, protocol: str, model: str, work_root: str,
-              cfg_options: Sequence[str]) -> float:
+              cfg_options: Sequence[str],
+              measure: bool = True) -> Optional[float]:
     """One training step of ``model`` in the budget's unit: CPU seconds
-    (``cpu-time``), training FLOPs (``flops``), or 1 (``epochs``)."""
+    (``cpu-time``; None if not calibrated and ``measure`` is False),
+    training FLOPs (``flops``), or 1 (``epochs``)."""
     if budget == 'cpu-time':
-        return calibrate(protocol, model, work_root,
-                         cfg_options)['cpu_seconds_per_step']
+        entry = calibrate(protocol, model, work_root, cfg_options, measure)
+        return entry and entry['cpu_seconds_per_step']
     if budget == 'flops':
         config = config_path(protocol, model)
         options = [*cfg_options, *model_options(protocol, model)]
@@ -1039,6 +1053,339 @@ def write_runs(results: List[dict], path: str) -> None:
         f.write('\n')
 
 
+# ------------------------------------------------------------ cost report
+#: The budgets of ``--cost-report``: (budget, scale) of the reference run.
+COST_BUDGETS = (('cpu-time', 1.), ('flops', 1.), ('epochs', 1.))
+
+
+def budget_tag(budget: str, scale: float) -> str:
+    return f'{budget} x{scale:g}'
+
+
+def run_budgets(result: dict, epochs_at: Dict[Tuple[str, str, float], int]
+                ) -> List[str]:
+    """The budgets (``'cpu-time x1'`` ...) whose schedule ``result`` ran."""
+    if result['holdout'] or result['lr_scale'] != 1:
+        return []
+    return [budget_tag(b, x) for (m, b, x), e in epochs_at.items()
+            if m == result['model'] and e == result['epochs']]
+
+
+def budget_schedules(args, models: Sequence[str], cfg, base_images: int,
+                     work_root: str, options: Sequence[str],
+                     budgets) -> Dict[Tuple[str, str, float], int]:
+    """``(model, budget, scale) -> epochs`` for the budgets that can be
+    computed without running anything (cpu-time: calibrated models)."""
+    ref_steps = schedule_for(cfg, base_images, base_images).steps
+    epochs_at = {}
+    for budget, scale in budgets:
+        ref = step_cost(budget, args.protocol, args.budget_ref, work_root,
+                        options, measure=False)
+        for model in models:
+            cost = step_cost(budget, args.protocol, model, work_root, options,
+                             measure=False)
+            if ref is None or cost is None:
+                continue
+            steps = budget_steps(budget, scale, ref_steps, ref, cost)
+            epochs_at[model, budget, scale] = schedule_for(
+                cfg, base_images, base_images, steps).epochs
+    return epochs_at
+
+
+def spread_verdict(a: Sequence[float], b: Sequence[float]) -> str:
+    """Whether mean(a) - mean(b) exceeds the two SDs added (the report's
+    rule for the seeds' spread)."""
+    (mean_a, sd_a), (mean_b, sd_b) = mean_sd(a), mean_sd(b)
+    if sd_a is None or sd_b is None:
+        return 'one seed: cannot tell'
+    diff = mean_a - mean_b
+    if abs(diff) <= sd_a + sd_b:
+        return 'no: within the spread'
+    return 'yes, ahead' if diff > 0 else 'yes, behind'
+
+
+def plot_pareto(rows: List[dict], out_png: str, title: str) -> None:
+    """Top-1 (mean ± SD) against training CPU minutes and against
+    inference latency; marker area proportional to the parameters."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(11, 4.6), dpi=100)
+    axes = fig.subplots(1, 2, sharey=True)
+    panels = (('cpu_minutes', 'training CPU time (min, mean over seeds)'),
+              ('latency_ms', 'inference latency, batch 1 (ms)'))
+    for ax, (key, xlabel) in zip(axes, panels):
+        for i, row in enumerate(rows):
+            if row.get(key) is None:
+                continue
+            ax.errorbar([row[key]], [row['top1']], yerr=[row['sd'] or 0.],
+                        fmt='none', ecolor=f'C{i % 10}', capsize=3)
+            ax.scatter([row[key]], [row['top1']], s=row['params'] / 2e4,
+                       color=f'C{i % 10}', alpha=0.7,
+                       edgecolors='black', linewidths=0.5,
+                       label=f'{label(row["model"])} '
+                       f'({row["params"] / 1e6:.1f} M)')
+        ax.set_xscale('log')
+        ax.set_xlabel(xlabel)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel('test top-1 (%), mean ± SD over seeds')
+    axes[1].legend(fontsize=7, loc='lower right', markerscale=0.5)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out_png)
+
+
+def plot_budget_curve(curves: Dict[str, List[Tuple[float, float, int]]],
+                      out_png: str, title: str) -> None:
+    """Top-1 against training CPU minutes, one line per model, each point a
+    budget (annotated with its epochs)."""
+    fig, ax = _axes()
+    for i, (model, points) in enumerate(curves.items()):
+        points = sorted(points)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker='o',
+                color=f'C{i % 10}', label=label(model))
+        for minutes, top1, epochs in points:
+            ax.annotate(f'{epochs} ep', (minutes, top1), fontsize=7,
+                        textcoords='offset points', xytext=(4, -10))
+    ax.set_xscale('log')
+    ax.set_xlabel('training CPU time (min)')
+    ax.set_ylabel('test top-1 (%)')
+    _save(fig, ax, title, out_png)
+
+
+def lr_check(holdout_runs: List[dict]) -> Tuple[List[str], List[str]]:
+    """The table of held-out top-1 per model and lr factor, and the
+    rankings with every model at x1 and at its best factor."""
+    by_model = _group(holdout_runs, lambda r: r['model'])
+    scales = sorted({r['lr_scale'] for r in holdout_runs})
+    rows = [
+        '| model | ' + ' | '.join(f'lr x{x:g}' for x in scales) +
+        ' | best |', '|---|' + '---:|' * (len(scales) + 1)
+    ]
+    at_one, best = {}, {}
+    for model in sorted(by_model, key=model_order):
+        runs = {r['lr_scale']: r for r in by_model[model]}
+        cells = [f'{runs[x]["top1"]:.2f} ({runs[x]["lr"]:g})' if x in runs
+                 else '—' for x in scales]
+        top = max(runs.values(), key=lambda r: r['top1'])
+        best[model] = top['top1']
+        if 1. in runs:
+            at_one[model] = runs[1.]['top1']
+        rows.append(f'| {label(model)} | ' + ' | '.join(cells) +
+                    f' | x{top["lr_scale"]:g} |')
+
+    def ranking(scores):
+        return ' > '.join(label(m) for m in sorted(scores,
+                                                   key=lambda m: -scores[m]))
+    return rows, [ranking(at_one), ranking(best)]
+
+
+def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
+                      base_images: int) -> str:
+    """``fashion_mnist_cost.md``: accuracy at equal training cost (the
+    budgets of :data:`COST_BUDGETS`), the lr check on held-out images, the
+    budget curve and the Pareto plots; ``_runs.json`` and
+    ``_calibration.json`` beside it."""
+    os.makedirs(args.out_dir, exist_ok=True)
+    results = [r for r in collect_results(work_root)
+               if r['train_images'] + r.get('holdout', 0) == base_images]
+    if not results:
+        raise SystemExit(f'--cost-report: no finished run under {work_root}')
+    for r in results:  # runs of the protocol's own schedule, before budgets
+        r.setdefault('holdout', 0)
+        r.setdefault('lr_scale', 1.)
+    models = sorted({r['model'] for r in results}, key=model_order)
+    epochs_at = budget_schedules(args, models, cfg, base_images, work_root,
+                                 options, COST_BUDGETS)
+    for r in results:
+        r['budgets'] = run_budgets(r, epochs_at)
+    latency = {}
+    if args.latency:
+        with open(args.latency) as f:
+            latency = json.load(f)
+    main = [r for r in results if not r['holdout'] and r['lr_scale'] == 1]
+
+    def at(budget, scale=1.):
+        tag = budget_tag(budget, scale)
+        groups = _group([r for r in main if tag in r['budgets']],
+                        lambda r: r['model'])
+        return {m: sorted(groups[m], key=lambda r: r['seed'])
+                for m in sorted(groups, key=model_order)}
+
+    cpu = at('cpu-time')
+    ref = cpu.get(args.budget_ref, [])
+    rows = []
+    for model, runs in cpu.items():
+        top1 = [r['top1'] for r in runs]
+        mean, sd = mean_sd(top1)
+        rows.append(dict(
+            model=model, top1=mean, sd=sd, runs=runs,
+            params=runs[0]['params'], flops=runs[0]['flops'],
+            epochs=runs[0]['epochs'], lr=runs[0]['lr'],
+            cpu_minutes=_cpu_minutes(runs),
+            latency_ms=latency.get('models', {}).get(model, {}).get('ms'),
+            verdict='—' if model == args.budget_ref or not ref else
+            spread_verdict(top1, [r['top1'] for r in ref])))
+    rows.sort(key=lambda row: -row['top1'])
+    ref_label = label(args.budget_ref)
+    calibration = {}
+    path = osp.join(work_root, 'calibration.json')
+    if osp.isfile(path):
+        with open(path) as f:
+            calibration = json.load(f)
+    commits = sorted({r['commit'] for r in results})
+    lines = [
+        '# Fashion-MNIST: accuracy at equal training cost',
+        '',
+        f'Protocol: {PROTOCOLS[args.protocol]["summary"]} Every model at '
+        f'the training cost of {ref_label}\'s protocol run, the '
+        'schedule\'s cosine spanning its own epochs; validation about as '
+        'often as the protocol\'s (every round(epochs / 8) epochs). timm '
+        'models: `timm.create_model(NAME, pretrained=False, '
+        'num_classes=10)` through mmpretrain\'s `TimmClassifier` '
+        '(configs/fashion_mnist/timm_fashion_mnist_cpu.py), with their own '
+        'defaults otherwise (no drop path; the zoo\'s models keep the '
+        'report\'s 0.1).',
+        '',
+        f'Measured on: {machine()}; commit {", ".join(commits)}; '
+        f'{datetime.date.today().isoformat()}. {len(results)} runs, '
+        f'{sum(r["train_cpu_seconds"] for r in results) / 3600:.1f} '
+        'CPU-hours of training in all.',
+        '',
+        '## At the CPU time of ' + ref_label + '\'s 8 epochs',
+        '',
+        'Budget: the CPU seconds of one training step, measured by two '
+        f'calibration runs of {CALIBRATION_STEPS[0]} and '
+        f'{CALIBRATION_STEPS[1]} steps (`tools/train.py`, one epoch each; '
+        'the difference of their CPU seconds, the training process and its '
+        'loader workers, over the difference of their steps), times '
+        f'{ref_label}\'s steps, gives each model its steps and so its '
+        'epochs. Training CPU time: what each run measured (start-up and '
+        'validation included). lr: the report\'s, 6e-3 for pure convnets '
+        'and 1e-3 for models with attention (a softmax in the forward). '
+        f'Beyond the spread: the difference to {ref_label} exceeds the two '
+        'models\' standard deviations over seeds added.',
+        '',
+        '| model | top-1, mean ± SD | seeds | epochs | lr | params (M) | '
+        'FLOPs (G) | CPU s / step | training CPU time (min) | latency (ms) '
+        f'| against {ref_label}, beyond the spread? |',
+        '|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|',
+    ]
+    for row in rows:
+        entry = calibration.get(
+            ' '.join([args.protocol, row['model'], *options]), {})
+        step = entry.get('cpu_seconds_per_step')
+        top1 = [r['top1'] for r in row['runs']]
+        step = '—' if step is None else f'{step:.3f}'
+        ms = row['latency_ms']
+        ms = '—' if ms is None else f'{ms:.2f}'
+        lines.append(
+            f'| {label(row["model"])} | {fmt_mean_sd(top1)} | '
+            + ', '.join(f'{t:.2f}' for t in top1) +
+            f' | {row["epochs"]} | {row["lr"]:g} | '
+            f'{row["params"] / 1e6:.2f} | {row["flops"] / 1e9:.4f} | '
+            f'{step} | {row["cpu_minutes"]:.1f} | {ms} | {row["verdict"]} |')
+    if latency:
+        lines += ['', f'Latency: {latency["setup"]}']
+    if rows:
+        pareto = 'fashion_mnist_cost_pareto.png'
+        plot_pareto(rows, osp.join(args.out_dir, pareto),
+                    f'Fashion-MNIST 64×64, 10,000 images, at {ref_label}\'s '
+                    'CPU-time budget (marker area: parameters)')
+        lines += ['', f'![Pareto]({pareto})']
+    lines.append('')
+
+    flops = {m: runs for m, runs in at('flops').items()
+             if m != args.budget_ref}
+    if flops:
+        lines += [
+            f'## At the training FLOPs of {ref_label}\'s 8 epochs',
+            '',
+            'Budget: forward FLOPs of one image × '
+            f'{TRAIN_FLOPS_PER_FORWARD} (forward and backward) × batch × '
+            'steps, the same for every model.',
+            '',
+            '| model | top-1, mean ± SD | seeds | epochs | training CPU '
+            f'time (min) | against {ref_label}, beyond the spread? |',
+            '|---|---:|---|---:|---:|---|',
+        ]
+        for model, runs in flops.items():
+            top1 = [r['top1'] for r in runs]
+            lines.append(
+                f'| {label(model)} | {fmt_mean_sd(top1)} | '
+                + ', '.join(f'{t:.2f}' for t in top1) +
+                f' | {runs[0]["epochs"]} | {_cpu_minutes(runs):.1f} | '
+                + (spread_verdict(top1, [r['top1'] for r in ref])
+                   if ref else '—') + ' |')
+        lines.append('')
+
+    curves = {}
+    for model in models:
+        by_epochs = _group([r for r in main if r['model'] == model],
+                           lambda r: r['epochs'])
+        if len(by_epochs) >= 2:
+            curves[model] = [
+                (_cpu_minutes(runs),
+                 statistics.fmean(r['top1'] for r in runs), epochs)
+                for epochs, runs in by_epochs.items()]
+    if curves:
+        curve = 'fashion_mnist_cost_curve.png'
+        plot_budget_curve(curves, osp.join(args.out_dir, curve),
+                          'Fashion-MNIST 64×64: top-1 against training '
+                          'budget')
+        lines += [
+            '## Accuracy against budget',
+            '',
+            'Every budget each model ran (top-1: the mean over the seeds '
+            'run at that budget, in parentheses).',
+            '',
+            '| model | epochs | budgets | seeds | training CPU time (min) | '
+            'top-1 |',
+            '|---|---:|---|---:|---:|---:|',
+        ]
+        for model in curves:
+            for epochs, runs in sorted(_group(
+                    [r for r in main if r['model'] == model],
+                    lambda r: r['epochs']).items()):
+                lines.append(
+                    f'| {label(model)} | {epochs} | '
+                    f'{", ".join(runs[0]["budgets"]) or "—"} | {len(runs)} | '
+                    f'{_cpu_minutes(runs):.1f} | '
+                    f'{fmt_mean_sd([r["top1"] for r in runs])} |')
+        lines += ['', f'![budget curve]({curve})', '']
+
+    held = [r for r in results if r['holdout']]
+    if held:
+        table, (plain, tuned) = lr_check(held)
+        first = min(r['train_images'] for r in held)
+        lines += [
+            '## Learning rate check on held-out training images',
+            '',
+            f'Trained on the first {first:,} training images and scored on '
+            f'the next {base_images - first:,} (never the test set), seed '
+            f'0, at each model\'s CPU-time budget in steps; top-1 (lr).',
+            '',
+            *table,
+            '',
+            f'- Ranking at the report\'s lr: {plain}.',
+            f'- Ranking at each model\'s best lr: {tuned}.',
+            '',
+        ]
+    text = '\n'.join(lines)
+    with open(osp.join(args.out_dir, 'fashion_mnist_cost.md'), 'w') as f:
+        f.write(text)
+    runs = sorted(({k: r[k] for k in (*RUN_FIELDS, *COST_FIELDS) if k in r}
+                   for r in results),
+                  key=lambda r: (model_order(r['model']), r['epochs'],
+                                 r['holdout'], r['lr_scale'], r['seed']))
+    _write_json(osp.join(args.out_dir, 'fashion_mnist_cost_runs.json'), runs)
+    _write_json(osp.join(args.out_dir, 'fashion_mnist_cost_calibration.json'),
+                calibration)
+    return text
+
+
+#: What the cost page's ``_runs.json`` keeps beyond :data:`RUN_FIELDS`.
+COST_FIELDS = ('epochs', 'lr', 'lr_scale', 'holdout', 'budgets')
+
+
 # ------------------------------------------------------ input size report
 def resolution_rows(runs_by_size: Dict[int, List[dict]]) -> List[dict]:
     """For each pair the report ranks, among the models run at every size:
@@ -1237,6 +1584,16 @@ def parse_args(argv=None):
         '--report-only', action='store_true',
         help='run nothing; write the report of the finished runs')
     parser.add_argument(
+        '--cost-report', action='store_true',
+        help='run nothing; write fashion_mnist_cost.md (accuracy at equal '
+        'CPU time and FLOPs to --budget-ref\'s protocol run, the budget '
+        'curve, the --holdout lr check, the Pareto plots) from the '
+        'finished runs and calibration.json under --work-dir')
+    parser.add_argument(
+        '--latency', metavar='JSON',
+        help='with --cost-report: inference latency per model, as written '
+        'by benchmarks/inference.py --json')
+    parser.add_argument(
         '--resolution-report', action='store_true',
         help='run nothing; write fashion_mnist_resolution.md (top-1 against '
         'input size) from the cpu and cpu112 pages\' *_runs.json in '
@@ -1336,6 +1693,9 @@ def main(argv=None) -> Dict[str, dict]:
         raise SystemExit(f'--holdout {args.holdout} leaves no training '
                          f'image of {base_images:,}')
     sizes = args.train_images or [base_images - args.holdout]
+    if args.cost_report:
+        print(write_cost_report(args, work_root, options, cfg, base_images))
+        return {}
     plan = plan_runs(args, models, cfg, base_images, sizes, seeds,
                      work_root, options)
 

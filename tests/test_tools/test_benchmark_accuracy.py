@@ -7,6 +7,7 @@ on tiny generated Fashion-MNIST files, run in this process (seeds, sizes,
 an interruption and the resumption after it).
 """
 import json
+import math
 import os
 import os.path as osp
 import time
@@ -441,3 +442,207 @@ def test_resolution_report_compares_margins_across_sizes(ba, tmp_path):
     assert ('| LeCT v3 > ResNet | +1.00 | +1.30 | +0.30 | 0.40 | no: within '
             'the spread |') in text
     assert (tmp_path / 'fashion_mnist_resolution.png').stat().st_size
+
+
+# ------------------------------------------------------- budgets and timm
+def test_budgets_give_every_model_the_reference_runs_cost(ba):
+    # epochs: the reference's steps whatever a step costs
+    assert ba.budget_steps('epochs', 1., 1256, 0.5, 0.1) == 1256
+    assert ba.budget_steps('epochs', 0.5, 1256) == 628
+    # a step at half the reference's cost: twice the steps
+    assert ba.budget_steps('cpu-time', 1., 1256, 0.5, 0.25) == 2512
+    assert ba.budget_steps('cpu-time', 2., 1256, 0.5, 0.25) == 5024
+    # FLOPs of the report's ResNet (30.1 M) against LeCT v1's (53.0 M)
+    assert ba.budget_steps('flops', 1., 1256, 53_043_072, 30_090_000) == 2214
+    with pytest.raises(ValueError, match="--budget: 'joules'; choose from"):
+        ba.budget_steps('joules', 1., 1256)
+    with pytest.raises(ValueError, match='must be positive'):
+        ba.budget_steps('cpu-time', 1., 1256, 0.5, 0.)
+    cfg = ba.load_config(ba.config_path('cpu', 'resnet'))
+    # the reference's own steps are the protocol's schedule
+    assert ba.schedule_for(cfg, 10_000, 10_000, 1256) == (10_000, 8, 1256, 1)
+    # 2214 steps: 14.1 epochs of 157 -> 14, validated every 2 epochs, so as
+    # often as the protocol's 8 epochs
+    assert ba.schedule_for(cfg, 10_000, 10_000, 2214) == (10_000, 14, 2198,
+                                                          2)
+    assert ba.schedule_for(cfg, 10_000, 10_000, 5024) == (10_000, 32, 5024,
+                                                          4)
+    # held out 2,000: the same steps over 125-step epochs
+    assert ba.schedule_for(cfg, 10_000, 8_000, 1256) == (8_000, 10, 1250, 1)
+    run = ba.Run('timm/resnet18', 8_000, 0, 10, 0.5, 2_000)
+    assert run.name == 'timm-resnet18/n8000_e10_lr0.5_holdout2000_seed0'
+    assert not run.on_protocol and ba.Run('resnet', 10_000, 1).on_protocol
+
+
+def test_timm_models_by_name(ba):
+    assert ba.config_path('cpu', 'timm/test_vit').endswith(
+        'configs/fashion_mnist/timm_fashion_mnist_cpu.py')
+    assert ba.label('timm/test_vit') == 'timm test_vit'
+    assert ba.model_order('timm/a') > ba.model_order('cct_7_3x1')
+    # the report's lr of the model's kind
+    assert ba.model_options('cpu', 'timm/test_vit') == (
+        'model.model_name=test_vit', 'optim_wrapper.optimizer.lr=0.001')
+    assert ba.model_options('cpu', 'timm/test_resnet') == (
+        'model.model_name=test_resnet', 'optim_wrapper.optimizer.lr=0.006')
+    assert ba.model_options('cpu', 'resnet') == ()
+    with pytest.raises(ValueError, match="timm has no model 'resnet_18'; "
+                       r"similar names: \[.*'resnet18'"):
+        ba.check_model('cpu', 'timm/resnet_18')
+    with pytest.raises(ValueError, match='timm models have no config under '
+                       "the 'cpu112' protocol"):
+        ba.check_model('cpu112', 'timm/test_vit')
+    with pytest.raises(ValueError, match=r"restnet has no config .* or "
+                       'timm/NAME for any timm model'):
+        ba.check_model('cpu', 'restnet')
+    with pytest.raises(SystemExit):
+        ba.parse_args(['--protocol', 'cpu', '--budget-ref', 'timm/nope'])
+    with pytest.raises(SystemExit):
+        ba.parse_args(['--protocol', 'cpu', '--holdout', '10',
+                       '--train-images', '100'])
+
+
+def test_attention_is_a_softmax_in_the_forward(ba):
+    import torch.nn as nn
+
+    class Attend(nn.Module):
+
+        def forward(self, x):
+            t = x.flatten(2)
+            return (t.transpose(1, 2) @ t).softmax(-1).mean((1, 2))
+
+    assert ba.has_attention(Attend())
+    conv = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1),
+                         nn.Sigmoid())
+    assert not ba.has_attention(conv) and conv.training
+
+
+class CostedRuns(FakeRuns):
+    """FakeRuns whose trainings cost CPU seconds: 2 per start-up plus the
+    model's per-step cost times the steps of the command."""
+
+    PER_STEP = {'lect_v1': 0.5, 'resnet': 0.2, 'timm': 0.25}
+
+    def __init__(self, run_failed, ba):
+        super().__init__(run_failed)
+        self.ba, self.cpu = ba, 0.
+
+    def __call__(self, cmd, log_path):
+        model = osp.basename(cmd[2]).split('_fashion_mnist')[0]
+        opts = dict(c.split('=', 1) for c in cmd if '=' in c)
+        if cmd[1] == 'tools/train.py':
+            images = int(opts['train_dataloader.dataset.indices'])
+            epochs = int(opts['train_cfg.max_epochs'])
+            self.cpu += 2 + self.PER_STEP[model] * epochs * math.ceil(
+                images / 64)
+        if 'randomness.seed' not in opts:  # a calibration run
+            self.calls.append(('calibration', model, None, cmd))
+            return 1.
+        return super().__call__(cmd, log_path)
+
+
+def test_cpu_time_budget_calibrates_once_and_sets_epochs(ba, tmp_path,
+                                                         fake_tool,
+                                                         monkeypatch):
+    costed = CostedRuns(ba.RunFailed, ba)
+    monkeypatch.setattr(ba, '_run', costed)
+    monkeypatch.setattr(ba, 'children_cpu_seconds', lambda: costed.cpu)
+    args = ['--protocol', 'cpu', '--budget', 'cpu-time', '--models',
+            'resnet', 'timm/test_vit', '--work-dir', str(tmp_path / 'wd'),
+            '--out-dir', str(tmp_path / 'out')]
+    ba.main(args + ['--budget-scale', '1', '0.5'])
+    calibrations = [c for c in costed.calls if c[0] == 'calibration']
+    # the reference and both models, a short and a long run each
+    assert [c[1] for c in calibrations] == ['lect_v1'] * 2 + [
+        'resnet'] * 2 + ['timm'] * 2
+    assert 'train_dataloader.dataset.indices=320' in calibrations[0][3]
+    cache = json.loads((tmp_path / 'wd' / 'calibration.json').read_text())
+    assert cache['cpu resnet']['cpu_seconds_per_step'] == pytest.approx(.2)
+    # 0.5 / 0.2 x 1256 = 3140 steps = 20 epochs; 0.5 / 0.25 -> 16 epochs
+    epochs = [next(c for c in cmd if c.startswith('train_cfg.max_epochs='))
+              for s, m, _, cmd in costed.calls if s == 'tools/train.py']
+    assert epochs == ['train_cfg.max_epochs=20', 'train_cfg.max_epochs=16',
+                      'train_cfg.max_epochs=10', 'train_cfg.max_epochs=8']
+    done = sorted(str(p.parent.relative_to(tmp_path / 'wd')) for p in (
+        tmp_path / 'wd').glob('*/*/result.json'))
+    assert done == ['resnet/n10000_e10_seed0', 'resnet/n10000_e20_seed0',
+                    'timm-test_vit/n10000_e16_seed0',
+                    'timm-test_vit/n10000_seed0']
+    # a second command reuses the calibration and the finished runs
+    costed.calls.clear()
+    ba.main(args)
+    assert costed.calls == []
+
+
+def _result(root, model, seed, epochs, top1, cpu_min, lr=1e-3,
+            lr_scale=1., holdout=0):
+    name = (f'{model.replace("/", "-")}/n{10_000 - holdout}_e{epochs}'
+            f'_lr{lr_scale:g}_holdout{holdout}_seed{seed}')
+    os.makedirs(root / name)
+    (root / name / 'result.json').write_text(json.dumps(dict(
+        model=model, seed=seed, epochs=epochs, top1=top1, top5=99.,
+        train_images=10_000 - holdout, holdout=holdout, lr=lr * lr_scale,
+        lr_scale=lr_scale, train_seconds=cpu_min * 60,
+        train_cpu_seconds=cpu_min * 60, params=1_000_000 if
+        model != 'resnet' else 2_000_000, flops=50_000_000 if
+        model == 'lect_v1' else 25_000_000, resolution=64,
+        commit='abc1234', work_dir=name)))
+
+
+def test_cost_report(ba, tmp_path, monkeypatch):
+    wd = tmp_path / 'wd'
+    monkeypatch.setattr(ba, 'describe', lambda config, opts: dict(
+        params=1, flops=50_000_000 if 'lect_v1' in config else 25_000_000,
+        resolution=64))
+    wd.mkdir()
+    (wd / 'calibration.json').write_text(json.dumps({
+        f'cpu {m}': dict(cpu_seconds_per_step=s) for m, s in (
+            ('lect_v1', 0.5), ('resnet', 0.2), ('timm/test_vit', 1.0))}))
+    # at the CPU-time budget: lect_v1 8 epochs, resnet 20, timm/x 4
+    for seed, (a, b, c) in enumerate([(88.0, 87.0, 80.0), (88.2, 87.5, 81.0),
+                                      (88.4, 88.0, 82.0)]):
+        _result(wd, 'lect_v1', seed, 8, a, 10.)
+        _result(wd, 'resnet', seed, 20, b, 11., lr=6e-3)
+        _result(wd, 'timm/test_vit', seed, 4, c, 9.)
+        _result(wd, 'resnet', seed, 16, b - 0.5, 8., lr=6e-3)  # FLOPs
+    _result(wd, 'resnet', 0, 8, 85.0, 4., lr=6e-3)  # epochs: a curve point
+    for scale, (a, b) in {0.5: (84.0, 86.0), 1.: (85.6, 85.5),
+                          2.: (85.2, 84.0)}.items():
+        _result(wd, 'lect_v1', 0, 10, a, 10., lr_scale=scale, holdout=2000)
+        _result(wd, 'timm/test_vit', 0, 5, b, 9., lr_scale=scale, holdout=2000)
+    (tmp_path / 'lat.json').write_text(json.dumps(dict(
+        setup='ONNX Runtime, 2 threads', models={'lect_v1': {'ms': 2.5}})))
+    out = tmp_path / 'out'
+    ba.main(['--protocol', 'cpu', '--cost-report', '--work-dir', str(wd),
+             '--out-dir', str(out), '--latency', str(tmp_path / 'lat.json')])
+    text = (out / 'fashion_mnist_cost.md').read_text()
+    rows = [ln for ln in text.splitlines() if ln.startswith('| ')]
+    # ranked by mean top-1; ResNet's 87.50 ± 0.50 is behind LeCT v1's
+    # 88.20 ± 0.20 by 0.70 = the spread exactly: not beyond it
+    assert rows[1].startswith('| LeCT (v1) | 88.20 ± 0.20 | 88.00, 88.20, '
+                              '88.40 | 8 | 0.001 |')
+    assert '| 0.500 | 10.0 | 2.50 | — |' in rows[1]
+    assert rows[2].startswith('| ResNet | 87.50 ± 0.50 | 87.00, 87.50, '
+                              '88.00 | 20 | 0.006 |')
+    assert rows[2].endswith('| no: within the spread |')
+    assert rows[3].startswith('| timm test_vit | 81.00 ± 1.00 |')
+    assert rows[3].endswith('| — | yes, behind |')
+    # the FLOP budget: 50 / 25 M x 1256 steps = 16 epochs of ResNet
+    assert '| ResNet | 87.00 ± 0.50 | 86.50, 87.00, 87.50 | 16 | 8.0 |' \
+        in text
+    # the curve lists every budget ResNet ran
+    assert '| ResNet | 8 | epochs x1 | 1 | 4.0 | 85.00 |' in text
+    assert '| ResNet | 20 | cpu-time x1 | 3 | 11.0 | 87.50 ± 0.50 |' in text
+    # the lr check on held-out images changes the ranking
+    assert ('| timm test_vit | 86.00 (0.0005) | 85.50 (0.001) | 84.00 '
+            '(0.002) | x0.5 |') in text
+    assert '- Ranking at the report\'s lr: LeCT (v1) > timm test_vit.' \
+        in text
+    assert '- Ranking at each model\'s best lr: timm test_vit > LeCT ' \
+        '(v1).' in text
+    runs = json.loads((out / 'fashion_mnist_cost_runs.json').read_text())
+    assert len(runs) == 19
+    assert {r['epochs']: r['budgets'] for r in runs
+            if r['model'] == 'lect_v1' and not r['holdout']} == {
+                8: ['cpu-time x1', 'flops x1', 'epochs x1']}
+    for png in ('pareto', 'curve'):
+        assert (out / f'fashion_mnist_cost_{png}.png').stat().st_size

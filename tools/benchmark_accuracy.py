@@ -1713,7 +1713,13 @@ def main(argv=None) -> Dict[str, dict]:
     finished = [r for r in collect_results(work_root)
                 if r.get('on_protocol', True)]
     if not finished:
-        raise SystemExit(f'no finished run under {work_root}')
+        if args.report_only or not results:
+            raise SystemExit(f'no finished run of the protocol\'s schedule '
+                             f'under {work_root}')
+        print(f'no run of the protocol\'s own schedule under {work_root} '
+              'yet: no protocol page written (--cost-report writes the '
+              'budgets\' page)')
+        return results
     first_seed = min(r['seed'] for r in finished)
     convergence_runs = sorted(
         (r for r in finished

@@ -413,6 +413,54 @@ def test_cpu112_trains_lect_at_112_for_real(ba, load_script, tmp_path,
         ('lect_v1', 112, result['top1'])]
 
 
+@pytest.mark.heavy
+def test_timm_model_at_a_flops_budget_on_held_out_images_for_real(
+        ba, load_script, tmp_path, monkeypatch):
+    root = str(tmp_path / 'fm')
+    os.makedirs(root)
+    _write_tiny_fashion_mnist(root, train=24, test=4)
+    options = [
+        f'{split}_dataloader.{key}'
+        for split in ('train', 'val', 'test')
+        for key in ('dataset.data_root=' + root, 'num_workers=0',
+                    'persistent_workers=False',
+                    'dataset.serialize_data=False')
+    ] + ['train_dataloader.dataset.indices=24',
+         'train_dataloader.batch_size=8', 'train_cfg.max_epochs=1',
+         'default_hooks.checkpoint.save_best=None',
+         *[f'{split}_dataloader.dataset.pipeline.{i}.scale=32'
+           for split, i in (('train', 2), ('val', 0), ('test', 0))]]
+    tools = {t: load_script(t) for t in ('tools/train.py', 'tools/test.py')}
+
+    def in_process(cmd, log_path):
+        tools[cmd[1]].main(cmd[2:])
+        return 1.0
+
+    monkeypatch.setattr(ba, '_run', in_process)
+    out = tmp_path / 'out'
+    results = ba.main(['--protocol', 'cpu', '--models', 'timm/test_resnet',
+                       '--budget', 'flops', '--budget-ref', 'resnet',
+                       '--holdout', '8', '--work-dir', str(tmp_path / 'wd'),
+                       '--out-dir', str(out), '--cfg-options', *options])
+    (name, result), = results.items()
+    # ResNet's 3 steps (7.5 MFLOPs an image at 32x32) buy test_resnet (4.2
+    # MFLOPs) 5.4 steps: 2.7 epochs of the 16 images left -> 3 epochs
+    assert name == 'timm-test_resnet/n16_e3_holdout8_seed0'
+    assert (result['epochs'], result['steps']) == (3, 6)
+    assert result['lr'] == 6e-3 and result['params'] == 373_658
+    assert result['scored_on'] == 'training images 16-23'
+    # validated and scored on the 8 held-out training images
+    held = (tmp_path / 'wd' / name / 'config' / 'holdout.py').read_text()
+    assert "indices=list(range(16, 24))" in held
+    assert result['top1'] * 8 / 100 == pytest.approx(
+        round(result['top1'] * 8 / 100))
+    ckpt = torch.load(tmp_path / 'wd' / name / 'epoch_3.pth',
+                      weights_only=True)
+    # mmpretrain's TimmClassifier saves timm's own keys
+    assert 'conv1.0.weight' in ckpt['state_dict']
+    assert not (out / 'fashion_mnist_cpu.md').exists()  # not the protocol's
+
+
 def _write_runs(path, size, top1s):
     runs = [dict(model=m, seed=s, train_images=10_000, top1=t,
                  resolution=size) for m, ts in top1s.items()

@@ -8,6 +8,8 @@ from mmcv.cnn import build_norm_layer
 from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
+from .functional import map_to_tokens
+
 
 @MODELS.register_module()
 class ConvPatchEmbed(BaseModule):
@@ -58,5 +60,4 @@ class ConvPatchEmbed(BaseModule):
         """
         x = self.proj(x)
         hw_shape = (x.shape[2], x.shape[3])
-        x = self.norm(x.flatten(2).transpose(1, 2))
-        return x, hw_shape
+        return self.norm(map_to_tokens(x)), hw_shape

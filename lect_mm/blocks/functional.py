@@ -9,6 +9,22 @@ import torch.nn.functional as F
 IMPLS = ('fused', 'literal')
 
 
+def batch_size(x: torch.Tensor, times: int = 1):
+    """``x.shape[0] * times``, the leading size of a reshape of ``x``: -1
+    under export, where a symbolic (dynamic) batch would put shape
+    arithmetic into every reshape of the graph; the size itself otherwise,
+    since an empty batch leaves -1 nothing to infer from."""
+    return -1 if is_exporting() else x.shape[0] * times
+
+
+def static_sizes(*sizes) -> bool:
+    """Whether every size is a plain int: always in eager mode, and under
+    ``torch.export`` for the dimensions it keeps fixed (all of a fixed-size
+    export, height and width of a dynamic-batch one), but not for symbolic
+    sizes nor for sizes traced as tensors (the TorchScript exporter)."""
+    return all(type(s) is int for s in sizes)
+
+
 def tokens_to_map(x: torch.Tensor,
                   hw_shape: Sequence[int]) -> torch.Tensor:
     """Tokens ``(B, H*W, C)`` -> map ``(B, C, H, W)``, a view.
@@ -20,13 +36,14 @@ def tokens_to_map(x: torch.Tensor,
     to compile a LeCT.
     """
     h, w = hw_shape
-    return x.reshape(x.shape[0], h, w, x.shape[-1]).permute(0, 3, 1, 2)
+    return x.reshape(batch_size(x), h, w, x.shape[-1]).permute(0, 3, 1, 2)
 
 
 def map_to_tokens(x: torch.Tensor) -> torch.Tensor:
     """Map ``(B, C, H, W)`` -> tokens ``(B, H*W, C)`` (a copy, but for a
     ``channels_last`` map, whose tokens are a view)."""
-    return x.permute(0, 2, 3, 1).flatten(1, 2)
+    return x.permute(0, 2, 3, 1).reshape(batch_size(x),
+                                         x.shape[2] * x.shape[3], x.shape[1])
 
 
 def is_compiling() -> bool:

@@ -9,6 +9,7 @@ from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from mmcv.cnn import build_activation_layer, build_norm_layer
 
 from mmpretrain.registry import MODELS
@@ -132,6 +133,8 @@ class LeMSA(PooledKeyAttention):
                 hw_shape: Tuple[int, int]) -> torch.Tensor:
         """Tokens ``x`` (B, N, C) on the grid ``hw_shape`` -> (B, N, C)."""
         H, W = check_hw_shape(x, hw_shape)
+        if self.exports_static(x, (H, W)):
+            return self._forward_exported(x, (H, W))
         v = self.proj_v(x)
         v_map = tokens_to_map(v, (H, W))
         recompute_now = recompute_active(self)
@@ -144,6 +147,25 @@ class LeMSA(PooledKeyAttention):
             out = out + skip
         return self.proj_drop(
             self.proj(map_to_tokens(out)))
+
+    def _forward_exported(self, x: torch.Tensor,
+                          hw_shape: Tuple[int, int]) -> torch.Tensor:
+        """:meth:`forward` under export on fixed sizes: the pooled queries
+        and keys as tokens (:meth:`pool_tokens`), the attention from tokens
+        (:meth:`attend_tokens`) and the output projection as the 1x1
+        convolution it is on the map, so that the graph keeps each tensor
+        in one layout (docs/export.md)."""
+        v = self.proj_v(x)
+        v_map = tokens_to_map(v, hw_shape)
+        a = self.conv1(v_map)
+        b = self.conv2(self.act(a) if self.qkv_mode == 'sequential' else
+                       v_map)
+        out = self.attend_tokens(self.pool_tokens(a), self.pool_tokens(b), v,
+                                 self.pooled_grid(hw_shape), hw_shape)
+        if self.conv_skip:
+            out = out + self.act(b)
+        out = F.conv2d(out, self.proj.weight[..., None, None], self.proj.bias)
+        return self.proj_drop(map_to_tokens(out))
 
     def _local(self, v_map: torch.Tensor):
         """The depthwise branches: pooled queries and keys and the skip

@@ -15,10 +15,12 @@ from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 from .deploy import FuseConvBNMixin
 from .dropout import FastDropout
-from .functional import IMPLS, attend, is_exporting
+from .functional import (IMPLS, attend, batch_size, is_exporting,
+                         map_to_tokens, static_sizes, tokens_to_map)
 from .recompute import recompute, recompute_active
 from .upsample import (MATMUL_RESIZE_MAX_CELLS, ResizeDWConvUpsampler,
-                       SVConvTransposeUpsampler, check_resize_mode, resize,
+                       ResizeUpsampler, SVConvTransposeUpsampler,
+                       check_resize_mode, interpolation_matrix, resize,
                        resize_grid_axis)
 from .utils import check_choice, check_grid
 
@@ -43,7 +45,10 @@ def resolve_impl(impl: str, q: torch.Tensor, k_map: torch.Tensor) -> str:
     tracing the grad mode is ignored, so that a trace and its check (run
     under ``no_grad``) take the same path. Under export
     (:func:`~lect_mm.blocks.functional.is_exporting`) ``'auto'`` is
-    ``'fused'`` whatever the sizes, so that no size condition enters the
+    ``'literal'`` on a fixed grid of at most
+    :data:`~lect_mm.blocks.upsample.MATMUL_RESIZE_MAX_CELLS` cells (the
+    key-axis resize is then one matmul with a constant matrix, docs/export.md)
+    and ``'fused'`` on a symbolic one, so that no size condition enters the
     exported graph. docs/lemsa.md gives the measurements behind the rule.
 
     Args:
@@ -66,7 +71,10 @@ def resolve_impl_for(impl: str, device: torch.device, dtype: torch.dtype,
     gradients (before the pooled maps exist, to pick their layout)."""
     if impl != 'auto':
         return impl
-    if device.type != 'cpu' or is_exporting():
+    if is_exporting():
+        return ('literal' if static_sizes(cells)
+                and cells <= MATMUL_RESIZE_MAX_CELLS else 'fused')
+    if device.type != 'cpu':
         return 'fused'
     if dtype in (torch.bfloat16, torch.float16):
         return 'literal' if cells <= MATMUL_RESIZE_MAX_CELLS else 'fused'
@@ -83,7 +91,8 @@ def pool_map(x: torch.Tensor, sr_ratio: Optional[int],
     ``(ceil(H/K), ceil(W/K))`` and a partial border window averages only its
     valid pixels. ``pool_size``: adaptive pooling to that grid.
     """
-    if sr_ratio is not None and is_exporting():
+    if (sr_ratio is not None and is_exporting()
+            and not static_sizes(*x.shape[-2:])):
         return _pool_ceil_traceable(x, sr_ratio, op)
     if pool_size is not None:
         fn = F.adaptive_avg_pool2d if op == 'avg' else F.adaptive_max_pool2d
@@ -107,12 +116,40 @@ def _pool_ceil_traceable(x: torch.Tensor, k: int, op: str) -> torch.Tensor:
     return F.avg_pool2d(F.pad(x, pad), k, k) / valid
 
 
+def pooling_matrix(hw_shape: Tuple[int, int], sr_ratio: Optional[int],
+                   pool_size: Optional[Tuple[int, int]],
+                   device: Optional[torch.device] = None,
+                   dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """The ``(h'*w', H*W)`` matrix ``P`` of :func:`pool_map`'s average
+    pooling of an ``hw_shape`` map: ``pooled tokens = P @ tokens``.
+
+    Average pooling over rectangular windows is separable, so ``P`` is the
+    outer product of the 1-D poolings of the rows and the columns (each the
+    pooling of an identity basis, so it holds exactly the pooling's weights,
+    ceil mode's partial windows included).
+    """
+    def axis(size: int, cells: Optional[int]) -> torch.Tensor:
+        eye = torch.eye(size, device=device, dtype=dtype).unsqueeze(1)
+        if cells is None:
+            pooled = F.avg_pool1d(eye, sr_ratio, sr_ratio, ceil_mode=True)
+        else:
+            pooled = F.adaptive_avg_pool1d(eye, cells)
+        return pooled.squeeze(1).t()  # (cells, size)
+
+    H, W = hw_shape
+    h, w = (None, None) if pool_size is None else pool_size
+    rows, cols = axis(H, h), axis(W, w)
+    return (rows[:, None, :, None] * cols[None, :, None, :]).reshape(
+        rows.shape[0] * cols.shape[0], H * W)
+
+
 def map_to_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Split a head-major ``(B, m*d, h, w)`` map into heads ``(B, m, h*w, d)``
     (channel ``c`` is head ``c // d``): two views for the channels_last and
     the contiguous maps of the layer."""
-    B, C, h, w = x.shape
-    return x.reshape(B, num_heads, C // num_heads, h * w).transpose(-2, -1)
+    _, C, h, w = x.shape
+    return x.reshape(batch_size(x), num_heads, C // num_heads,
+                     h * w).transpose(-2, -1)
 
 
 def heads_to_map(x: torch.Tensor, h: int) -> torch.Tensor:
@@ -124,8 +161,9 @@ def heads_to_map(x: torch.Tensor, h: int) -> torch.Tensor:
     conversion. Heads laid out as such tokens (SDPA's output) take two
     views, others one copy.
     """
-    B, m, n, d = x.shape
-    if x.stride() == (n * m * d, d, m * d, 1):  # (B, n, m, d) tokens
+    _, m, n, d = x.shape
+    B = batch_size(x)
+    if x.stride()[1:] == (d, m * d, 1):  # (B, n, m, d) tokens
         return x.transpose(-2, -1).reshape(B, m * d, h, n // h)
     tokens = x.transpose(1, 2).reshape(B, h, n // h, m * d)
     return tokens.permute(0, 3, 1, 2)
@@ -160,7 +198,7 @@ def pooled_key_attention(q: torch.Tensor,
     """
     num_heads = q.shape[1]
     if resolve_impl(impl, q, k_map) == 'literal':
-        B, _, Nq, dq = q.shape
+        Nq, dq = q.shape[-2:]
         h, w = k_map.shape[-2:]
         if torch.jit.is_tracing():
             # FLOP counters see the architecture's two head matmuls.
@@ -172,13 +210,15 @@ def pooled_key_attention(q: torch.Tensor,
         # Heads folded into the batch of 3-D matmuls: the pooled maps are
         # contiguous on this path, so q and k fold without copies.
         # Scaling q before the (linear) resize costs Nq x d, not Nq x N.
-        logits = torch.bmm((q * scale).reshape(B * num_heads, Nq, dq),
-                           k_map.reshape(B * num_heads, dq, h * w))
+        Bm = batch_size(q, num_heads)
+        logits = torch.bmm((q * scale).reshape(Bm, Nq, dq),
+                           k_map.reshape(Bm, dq, h * w))
         logits = resize_grid_axis(logits, (h, w), hw_shape, mode)
         attn = logits.softmax(dim=-1)
         # Sizes spelled out (no -1): an empty batch has no size to infer.
         N, dv = v.shape[-2:]
-        out = torch.bmm(dropout(attn), v.reshape(B * num_heads, N, dv))
+        out = torch.bmm(dropout(attn), v.reshape(Bm, N, dv))
+        B = batch_size(q)
         attn_map = None
         if need_map:
             attn_map = attn.detach().view(B, num_heads, Nq, N)
@@ -287,6 +327,7 @@ class PooledKeyAttention(FuseConvBNMixin, BaseModule):
         self.proj_drop = FastDropout(proj_drop)
         self.return_attn_map = False
         self.attn_map = None
+        self.onnx_attention = False
         self.with_cp = with_cp
         self.input_size = None if input_size is None else tuple(input_size)
 
@@ -378,6 +419,75 @@ class PooledKeyAttention(FuseConvBNMixin, BaseModule):
                 lambda q, k, val: self._attend(q, k, val, h, hw_shape, impl),
                 q, k_map, v, module=self)
         return self._attend(q, k_map, v, h, hw_shape, impl)
+
+    def exports_static(self, x: torch.Tensor,
+                       hw_shape: Tuple[int, int]) -> bool:
+        """Whether an exporter traces the layer on fixed sizes (a fixed-size
+        export, or a dynamic batch of fixed-size images) in eval mode, where
+        a subclass builds its graph from :meth:`pool_tokens` and
+        :meth:`attend_tokens`."""
+        return (is_exporting() and not self.training
+                and not self.return_attn_map
+                and static_sizes(*x.shape[1:], *hw_shape))
+
+    def pool_tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`pool` of a fixed-size ``(B, c, H, W)`` map as pooled tokens
+        ``(B, h'*w', c)``: one matmul with :func:`pooling_matrix`, the
+        tokens' own layout (no transposes around an ONNX AveragePool)."""
+        pool = pooling_matrix(x.shape[-2:], self.sr_ratio, self.pool_size,
+                              x.device, x.dtype)
+        return torch.matmul(pool, map_to_tokens(x))
+
+    def attend_tokens(self, q: torch.Tensor, k: torch.Tensor,
+                      v: torch.Tensor, grid: Tuple[int, int],
+                      hw_shape: Tuple[int, int]) -> torch.Tensor:
+        """:meth:`attend` on fixed sizes, from tokens, as few graph nodes.
+
+        The pooled keys ``k`` (B, h'*w', m*dq) are resized as tokens by one
+        constant matrix (the key-axis resize is linear, so this is the
+        ``'fused'`` path), and all heads attend in one op on token tensors:
+        the ONNX ``Attention`` op (:func:`torch.onnx.ops.attention`) where
+        ``onnx_attention`` is set (opset 23), else the products written out
+        for all heads at once (``A_h V`` against all value channels, each
+        head keeping its own: no per-head transposes, and ``m`` times the
+        products of the layer's cheapest matmul). A resizing query upsampler
+        gets the output resized the same way, as tokens. Returns the
+        upsampled ``(B, m*dv, H, W)`` map; the same function as
+        :meth:`attend` (tested against it).
+
+        Args:
+            q (torch.Tensor): Pooled query tokens ``(B, h'*w', m*dq)``.
+            k (torch.Tensor): Pooled key tokens ``(B, h'*w', m*dq)``.
+            v (torch.Tensor): Value tokens ``(B, H*W, m*dv)``.
+            grid (tuple[int, int]): The pooled grid ``(h', w')``.
+            hw_shape (tuple[int, int]): ``(H, W)``.
+        """
+        k = torch.matmul(
+            interpolation_matrix(grid, hw_shape, self.key_upsample, k.device,
+                                 k.dtype).t(), k)  # (B, H*W, m*dq)
+        m = self.num_heads
+        if self.onnx_attention:
+            out = torch.onnx.ops.attention(q, k, v, q_num_heads=m,
+                                           kv_num_heads=m,
+                                           scale=self.scale)[0]
+        else:
+            B, channels = batch_size(q), q.shape[-1]
+            logits = torch.matmul(
+                q.reshape(B, q.shape[1], m, channels // m).transpose(1, 2),
+                k.reshape(B, k.shape[1], m, channels // m).permute(0, 2, 3, 1))
+            attn = (logits * self.scale).softmax(dim=-1)  # (B, m, Nq, N)
+            heads = torch.matmul(attn, v.unsqueeze(1))  # (B, m, Nq, m*dv)
+            dv = v.shape[-1] // m
+            own = (torch.arange(v.shape[-1], device=v.device) // dv ==
+                   torch.arange(m, device=v.device)[:, None])
+            out = (heads * own[:, None].to(heads.dtype)).sum(1)
+        upsampler = self.query_upsampler
+        if isinstance(upsampler, (ResizeUpsampler, ResizeDWConvUpsampler)):
+            out = torch.matmul(
+                interpolation_matrix(grid, hw_shape, upsampler.mode,
+                                     out.device, out.dtype).t(), out)
+            grid = hw_shape
+        return upsampler(tokens_to_map(out, grid), hw_shape)
 
     def _attend(self, q: torch.Tensor, k_map: torch.Tensor, v: torch.Tensor,
                 h: int, hw_shape: Tuple[int, int], impl: str) -> torch.Tensor:

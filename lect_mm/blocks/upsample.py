@@ -33,7 +33,7 @@ from mmpretrain.registry import MODELS
 
 from .deploy import FuseConvBNMixin
 from .functional import (is_compiling, is_exporting, map_to_tokens,
-                         tokens_to_map)
+                         static_sizes, tokens_to_map)
 from .utils import check_grid, to_pair
 
 RESIZE_MODES = ('nearest', 'bilinear', 'bicubic')
@@ -65,13 +65,22 @@ def _interpolate(x: torch.Tensor, size: Tuple[int, int],
         x, size=tuple(size), mode=mode, align_corners=align_corners)
 
 
-def _resize_by_matrix(cells: int) -> bool:
-    """Small grids resize as a matmul, except under tracing, where FLOP
-    counters must see the resize op the architecture specifies, and under
-    export, where the grid's size is not known."""
-    if torch.jit.is_tracing() or is_exporting():
+def _resize_by_matrix(in_size: Tuple[int, int], out_size: Tuple[int, int],
+                      mode: str) -> bool:
+    """Whether a resize runs as a matmul with :func:`interpolation_matrix`.
+
+    Small grids do in :data:`MATMUL_RESIZE_MODES`; under export, in every
+    mode when both sizes are fixed (the matrix is then a constant of the
+    graph, cheaper in ONNX Runtime than its Resize), but not when they are
+    symbolic; under ``torch.jit`` tracing never, where FLOP counters must
+    see the resize op the architecture specifies."""
+    cells = in_size[0] * in_size[1]
+    if torch.jit.is_tracing():
         return False
-    return cells <= MATMUL_RESIZE_MAX_CELLS
+    if is_exporting():
+        return (static_sizes(*in_size, *out_size)
+                and cells <= MATMUL_RESIZE_MAX_CELLS)
+    return mode in MATMUL_RESIZE_MODES and cells <= MATMUL_RESIZE_MAX_CELLS
 
 
 def interpolation_matrix(in_size: Tuple[int, int],
@@ -105,9 +114,13 @@ def interpolation_matrix(in_size: Tuple[int, int],
         return _MATRICES[key]
     cells = in_size[0] * in_size[1]
     # Outside inference mode: a cached inference tensor could not be saved
-    # for backward by a later training forward.
+    # for backward by a later training forward. In float64, but in an
+    # exported graph (where it is a constant subgraph, folded by the
+    # exporter's or the runtime's optimiser), in ``dtype``: ONNX Runtime
+    # has no float64 Resize.
     with torch.inference_mode(False), torch.no_grad():
-        eye = torch.eye(cells, dtype=torch.float64, device=device)
+        eye = torch.eye(cells, device=device, dtype=dtype if is_exporting()
+                        else torch.float64)
         matrix = _interpolate(eye.view(cells, 1, *in_size), out_size, mode)
         matrix = matrix.reshape(cells, -1).to(dtype)
     if not compiling:
@@ -137,14 +150,18 @@ def resize(x: torch.Tensor, size: Tuple[int, int], mode: str) -> torch.Tensor:
     """
     size = tuple(size)
     h, w = x.shape[-2:]
-    if (mode in MATMUL_RESIZE_MODES and _resize_by_matrix(h * w)
-            and (h, w) != size):
+    if static_sizes(h, w, *size) and (h, w) == size:
+        return x  # F.interpolate's result: the same values
+    if _resize_by_matrix((h, w), size, mode):
         matrix = interpolation_matrix((h, w), size, mode, x.device, x.dtype)
         tokens = map_to_tokens(x)
-        # One bmm with the matrix broadcast over the batch (fewer ops than
-        # a broadcasting matmul).
-        out = torch.bmm(matrix.t().expand(x.shape[0], -1, -1),
-                        tokens)  # (B, H*W, C)
+        if is_exporting():  # one MatMul, broadcast over any batch
+            out = torch.matmul(matrix.t(), tokens)
+        else:
+            # One bmm with the matrix broadcast over the batch (fewer ops
+            # than a broadcasting matmul).
+            out = torch.bmm(matrix.t().expand(x.shape[0], -1, -1),
+                            tokens)  # (B, H*W, C)
         return tokens_to_map(out, size)
     return _interpolate(x, size, mode)
 
@@ -176,7 +193,7 @@ def resize_grid_axis(x: torch.Tensor, in_size: Tuple[int, int],
                          f'the {h}x{w} grid ({h * w} cells).')
     if in_size == out_size and not is_exporting():
         return x
-    if _resize_by_matrix(h * w):
+    if _resize_by_matrix(in_size, out_size, mode):
         return x @ interpolation_matrix(in_size, out_size, mode, x.device,
                                         x.dtype)
     lead = x.shape[:-1]
@@ -385,7 +402,7 @@ class SVConvTransposeUpsampler(BaseModule):
                 out_size: Tuple[int, int]) -> torch.Tensor:
         """Upsample ``x`` (B, C, h'', w'') to (B, C, *out_size)."""
         out_size = check_grid(out_size, 'out_size')
-        if is_exporting():
+        if is_exporting() and not static_sizes(*x.shape[-2:], *out_size):
             return self._forward_traceable(x, out_size)
         grid = tuple(x.shape[-2:])
         y = self._assemble(self.reduce(x), *self.kernels(grid))

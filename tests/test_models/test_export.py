@@ -128,23 +128,43 @@ def test_onnx_torchscript_export_of_deployed_model_runs_at_any_size(model):
 
 @pytest.mark.parametrize('op', ['avg', 'max'])
 @pytest.mark.parametrize('size', [(12, 20), (13, 9), (3, 5)])
-def test_export_pooling_is_ceil_mode_pooling(monkeypatch, op, size):
+def test_symbolic_size_pooling_is_ceil_mode_pooling(op, size):
+    # the pooling an export on symbolic sizes traces (no ceil mode)
     x = torch.randn(2, 3, *size)
-    expected = pooled_attention.pool_map(x, 4, None, op)
-    monkeypatch.setattr(pooled_attention, 'is_exporting', lambda: True)
     torch.testing.assert_close(
-        pooled_attention.pool_map(x, 4, None, op), expected)
+        pooled_attention._pool_ceil_traceable(x, 4, op),
+        pooled_attention.pool_map(x, 4, None, op))
 
 
-def test_export_resolves_auto_to_fused_at_any_size(monkeypatch):
+@pytest.mark.parametrize('size, sr_ratio, pool_size', [
+    ((12, 20), 4, None), ((13, 9), 4, None), ((3, 5), 4, None),
+    ((14, 10), None, (4, 3))])
+def test_pooling_matrix_pools_as_pool_map(size, sr_ratio, pool_size):
+    x = torch.randn(2, 3, *size)
+    pooled = pooled_attention.pool_map(x, sr_ratio, pool_size, 'avg')
+    matrix = pooled_attention.pooling_matrix(size, sr_ratio, pool_size)
+    tokens = matrix @ x.flatten(2).transpose(1, 2)
+    torch.testing.assert_close(tokens, pooled.flatten(2).transpose(1, 2))
+
+
+def test_export_resolves_auto_by_whether_the_grid_is_fixed(monkeypatch):
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
     args = (torch.device('cpu'), torch.float32, True, 64)
     with torch.enable_grad():
         assert pooled_attention.resolve_impl_for('auto', *args, 4) == \
             'literal'
+        assert pooled_attention.resolve_impl_for('auto', *args, 49) == \
+            'fused'
         monkeypatch.setattr(pooled_attention, 'is_exporting', lambda: True)
-        for cells in (4, 49, 1024):
+        # a fixed grid: the key-axis resize is a constant matrix
+        for cells, impl in ((4, 'literal'), (49, 'literal'),
+                            (1024, 'fused')):
             assert pooled_attention.resolve_impl_for(
-                'auto', *args, cells) == 'fused'
+                'auto', *args, cells) == impl
+        # a symbolic grid: no size condition in the graph
+        symbolic = ShapeEnv().create_unbacked_symint()
+        assert pooled_attention.resolve_impl_for('auto', *args,
+                                                 symbolic) == 'fused'
         assert pooled_attention.resolve_impl_for(
             'literal', *args, 4) == 'literal'
 
@@ -154,25 +174,86 @@ def test_export_resolves_auto_to_fused_at_any_size(monkeypatch):
     ((3, 4), (9, 13)),  # ceil-mode pooling of 9x13: resampled, cropped
     ((3, 4), (5, 30)),  # another grid (adaptive pooling): resized
 ])
-def test_export_sv_upsampler_computes_forward(monkeypatch, grid, out_size):
+def test_symbolic_size_sv_upsampler_computes_forward(grid, out_size):
     torch.manual_seed(0)
     up = SVConvTransposeUpsampler(20, in_size=(2, 3), scale_factor=4)
     x = torch.randn(2, 20, *grid)
     with torch.no_grad():
-        expected = up(x, out_size)
-        monkeypatch.setattr(upsample, 'is_exporting', lambda: True)
-        got = up(x, out_size)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(up._forward_traceable(x, out_size),
+                                   up(x, out_size), rtol=1e-5, atol=1e-5)
 
 
-def test_export_resizes_small_grids_with_interpolate(monkeypatch):
+@pytest.mark.parametrize('mode', ['bilinear', 'bicubic', 'nearest'])
+def test_export_resizes_fixed_grids_with_a_matrix(monkeypatch, mode):
     x = torch.randn(2, 4, 3, 5)
-    expected = upsample.resize(x, (12, 20), 'bicubic')  # a matmul
+    expected = F.interpolate(x, (12, 20), mode=mode,
+                             align_corners=None if mode == 'nearest'
+                             else False)
     monkeypatch.setattr(upsample, 'is_exporting', lambda: True)
-    got = upsample.resize(x, (12, 20), 'bicubic')
-    torch.testing.assert_close(
-        got, F.interpolate(x, (12, 20), mode='bicubic', align_corners=False))
+    torch.testing.assert_close(upsample.resize(x, (12, 20), mode), expected,
+                               rtol=1e-5, atol=1e-5)
+    # equal sizes: nothing to resize
+    assert upsample.resize(x, (3, 5), mode) is x
+
+
+def _exporting(monkeypatch):
+    import lect_mm.blocks.functional as functional
+    for module in (functional, pooled_attention, upsample):
+        monkeypatch.setattr(module, 'is_exporting', lambda: True)
+
+
+@pytest.mark.parametrize('onnx_attention', [False, True])
+@pytest.mark.parametrize('attn_cfg', [
+    dict(sr_ratio=4),  # LeCT v1
+    dict(sr_ratio=4, conv_skip=False, qkv_mode='parallel'),  # Table 3
+    dict(sr_ratio=4, input_size=(13, 10),  # LeCT v3
+         query_upsampler=dict(type='SVConvTransposeUpsampler')),
+    dict(pool_size=(3, 2), key_upsample='bicubic',
+         query_upsampler=dict(type='ResizeDWConvUpsampler', mode='bicubic')),
+])
+def test_fixed_size_export_path_computes_lemsa(monkeypatch, attn_cfg,
+                                               onnx_attention):
+    # The graph LeMSA builds under export on fixed sizes (pooling, resizes
+    # as matrices, all heads in one op) computes its forward; 13x10 pools
+    # to partial windows.
+    from lect_mm.blocks import LeMSA
+    torch.manual_seed(0)
+    layer = LeMSA(24, 3, **attn_cfg).eval()
+    for m in layer.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 1.5)
+    layer.onnx_attention = onnx_attention
+    x = torch.randn(2, 130, 24)
+    with torch.no_grad():
+        expected = layer(x, (13, 10))
+        _exporting(monkeypatch)
+        assert layer.exports_static(x, (13, 10))
+        got = layer(x, (13, 10))
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.heavy
+def test_lect_v1_exports_a_graph_that_computes(tmp_path):
+    # LeCT v1 (BatchNorms folded) through lect_mm.export: a dynamic batch
+    # of 224x224 images. The graph ONNX Runtime runs has no shape
+    # arithmetic: its node count is that of the fixed-size export (196,
+    # tools/deployment/export_onnx.py without --dynamic; docs/export.md),
+    # and it computes the eager model at other batches.
+    pytest.importorskip('onnxruntime')
+    from lect_mm.export import (export_onnx, max_difference,
+                                optimized_graph, prepare_for_export)
+    torch.manual_seed(0)
+    model = LeCT('v1').eval()
+    path = str(tmp_path / 'v1.onnx')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        export_onnx(prepare_for_export(model), path, dynamic='batch')
+    _, optimized, ops = optimized_graph(path)
+    assert optimized == 193
+    assert ops['Attention'] == 5 and not ops['Shape'] and not ops['Gather']
+    inputs = [torch.randn(b, 3, 224, 224) for b in (1, 3)]
+    assert max_difference(path, lambda x: model(x)[-1], inputs) < 1e-4
 
 
 @pytest.mark.parametrize('arch', ['v1', 'v2'])

@@ -19,7 +19,7 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks import SVConvTransposeUpsampler
 from lect_mm.blocks.deploy import FuseConvBNMixin
-from lect_mm.blocks.functional import tokens_to_map
+from lect_mm.blocks.functional import is_exporting, tokens_to_map
 from lect_mm.blocks.utils import (accepted_args, check_norm_cfg, conv_out_size,
                                   set_defaults, to_pair)
 from lect_mm.models.utils import TRUNC_NORMAL_INIT_CFG, parse_arch
@@ -410,7 +410,11 @@ class LeCT(ZooBackbone):
         for i, stage in enumerate(self.stages):
             x = stage(x)
             if i in self.out_indices:
-                outs.append(x)
+                # A stage's map is a channels_last view of its tokens; an
+                # exported graph hands a neck a plain one, which mmpretrain's
+                # necks view without the index gather that torch.export
+                # makes of a view of a strided tensor.
+                outs.append(x.contiguous() if is_exporting() else x)
         return tuple(outs)
 
     def stem_and_stages(self):

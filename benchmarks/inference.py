@@ -6,6 +6,16 @@ random input on the device (no data loading). Median and IQR over the timed
 batches; the last column is the batch-64 fp32 rate relative to the report's
 ResNet.
 
+``--engine torch ort inductor`` prints instead one table of deployed
+models (BatchNorms folded, ``lect_mm.export.prepare_for_export``) run by
+each engine, all timed in turns at each batch size: torch eager, ONNX
+Runtime (the graph of ``lect_mm.export.export_onnx`` with a dynamic batch,
+every graph optimisation, ``--threads`` intra-op threads) and Inductor
+(``torch.compile`` with freezing); by default the report's LeCT, LeCT v3
+and ResNet beside timm's resnet18 and mobilevit_xxs (``timm/NAME`` takes
+any timm model). ``--json`` keeps the figures for other reports (the cost
+page of ``tools/benchmark_accuracy.py --latency``).
+
 ``--deploy-speedup`` prints instead each model eager, deployed (its
 backbone's conv → BatchNorm pairs folded by ``switch_to_deploy()``, where
 it has one) and compiled (the deployed model's backbone and neck under
@@ -18,21 +28,26 @@ Examples::
     python benchmarks/inference.py
     python benchmarks/inference.py --models LeCT ViT --channels-last
     python benchmarks/inference.py --deploy-speedup --batch-sizes 16
+    python benchmarks/inference.py --engine torch ort inductor \
+        --batch-sizes 1 16 --threads 2
     python benchmarks/inference.py --quick
 """
 import argparse
 import copy
 import functools
 import gc
+import json
+import os.path as osp
 import sys
 import traceback
+import warnings
 from typing import Callable, Dict, List
 
 import torch
 from common.cli import (add_model_args, layout_flags, new_parser,
                         resolve_models, setup)
-from common.models import (REFERENCE_MODEL, build_classifier, compile_model,
-                           inference_call)
+from common.models import (QUICK_MODELS, REFERENCE_MODEL, build_classifier,
+                           compile_model, inference_call)
 from common.report import Report, machine_header, markdown_table
 from common.timing import measure, measure_interleaved
 
@@ -40,6 +55,12 @@ from lect_mm.analysis import count_params
 
 #: The ways ``--deploy-speedup`` runs a model.
 DEPLOY_MODES = ('eager', 'deployed', 'compiled')
+#: ``--engine``: what runs the deployed model.
+ENGINES = ('torch', 'ort', 'inductor')
+#: The models of ``--engine`` by default: the report's LeCT v1 and v3 and
+#: its ResNet, and the small timm models users compare them with.
+ENGINE_MODELS = ('LeCT', 'LeCT v3', 'ResNet', 'timm/resnet18',
+                 'timm/mobilevit_xxs')
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -70,10 +91,23 @@ def parse_args(argv=None) -> argparse.Namespace:
         '(process_time) instead of wall time, for single-threaded runs on '
         'a shared machine')
     parser.add_argument(
+        '--engine', nargs='+', choices=ENGINES,
+        help='instead of the table, time the deployed models in each of '
+        'these engines, in turns (default models: ' +
+        ', '.join(ENGINE_MODELS) + ')')
+    parser.add_argument(
+        '--json', metavar='FILE',
+        help='--engine: also write the figures to FILE (per model, the ms '
+        'of a batch of the first engine at the first batch size)')
+    parser.add_argument(
         '--turn', type=int, default=3,
         help='--deploy-speedup: timed batches in a row per model and mode '
         '(after one untimed)')
     args = parser.parse_args(argv)
+    if args.engine and (args.deploy_speedup or args.compile
+                        or args.channels_last):
+        parser.error('--engine compares its own engines; leave out '
+                     '--deploy-speedup, --compile and --channels-last')
     if args.deploy_speedup and (args.compile or args.channels_last):
         parser.error('--deploy-speedup compares its own modes; leave out '
                      '--compile and --channels-last')
@@ -204,11 +238,149 @@ def deploy_speedup_table(args, device: torch.device,
     report.add()
 
 
+class Logits(torch.nn.Module):
+    """A classifier as ``forward(x) -> logits``: mmpretrain's in ``tensor``
+    mode, timm's as they are."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if hasattr(self.model, 'data_preprocessor'):
+            return self.model(x, mode='tensor')
+        return self.model(x)
+
+
+def deployed_model(config: str) -> torch.nn.Module:
+    """The deployed classifier of a config or of ``timm/NAME`` (10
+    classes, no pretrained weights)."""
+    from lect_mm.export import prepare_for_export
+    if config.startswith('timm/'):
+        import timm
+        model = timm.create_model(config[5:], pretrained=False,
+                                  num_classes=10)
+    else:
+        model = build_classifier(config)
+    return prepare_for_export(Logits(model))
+
+
+def engine_call(model: torch.nn.Module, engine: str, onnx_path: str,
+                threads: int) -> Callable[[torch.Tensor], object]:
+    """A call of ``model`` on a batch in ``engine``."""
+    if engine == 'ort':
+        from lect_mm.export import ort_session
+        session = ort_session(onnx_path, threads)
+        return lambda x: session.run(None, {'x': x.numpy()})
+    if engine == 'inductor':
+        compiled = torch.compile(model)
+
+        def call(x):
+            with torch.inference_mode():
+                return _frozen(lambda: compiled(x))
+        return call
+
+    def eager(x):
+        with torch.inference_mode():
+            return model(x)
+    return eager
+
+
+def engine_table(args, device: torch.device, report: Report) -> dict:
+    """The deployed models in each engine, timed in turns per batch
+    size."""
+    import tempfile
+
+    from lect_mm.export import export_onnx
+    if device.type != 'cpu':
+        raise SystemExit('--engine times CPU engines; use --device cpu')
+    threads = torch.get_num_threads()
+    models = resolve_models(args.models, args.quick,
+                            ENGINE_MODELS if not args.quick else
+                            QUICK_MODELS, timm_models=True)
+    calls, params = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, config in models.items():
+            print(f'[{name}] {", ".join(args.engine)}', file=sys.stderr,
+                  flush=True)
+            model = deployed_model(config)
+            params[name] = count_params(model)
+            path = osp.join(tmp, f'{len(calls)}.onnx')
+            if 'ort' in args.engine:
+                with warnings.catch_warnings():
+                    warnings.simplefilter('ignore')
+                    export_onnx(model, path, (args.img_size, ) * 2,
+                                dynamic='batch')
+            for engine in args.engine:
+                calls[name, engine] = engine_call(model, engine, path,
+                                                  threads)
+        stats = {}
+        for bs in args.batch_sizes:
+            x = torch.randn(bs, 3, args.img_size, args.img_size)
+            keys = list(calls)
+            timed = measure_interleaved(
+                [functools.partial(calls[k], x) for k in keys], device,
+                args.warmup, args.repeats, args.turn)
+            stats.update({(*k, bs): t for k, t in zip(keys, timed)})
+
+    def ratio(name, engine, bs, ref_name, ref_engine):
+        ref = stats.get((ref_name, ref_engine, bs))
+        return (f'{ref.median / stats[name, engine, bs].median:.2f}'
+                if ref else '–')
+
+    cols = [(e, bs) for e in args.engine for bs in args.batch_sizes]
+    rows = []
+    for name in models:
+        row = [name, f'{params[name] / 1e6:.3f}']
+        row += [stats[name, e, bs].rate(bs) for e, bs in cols]
+        row += [ratio(name, e, bs, REFERENCE_MODEL, e) for e, bs in cols]
+        row += [ratio(name, e, bs, name, 'torch') for e, bs in cols
+                if e != 'torch' and 'torch' in args.engine]
+        rows.append(row)
+    report.add(f'### Deployed models by engine (images/s, {args.img_size}², '
+               f'fp32, {threads} thread{"s" if threads > 1 else ""})')
+    report.add()
+    report.add(markdown_table(
+        ['Model', 'Params (M)'] + [f'{e} bs {bs}' for e, bs in cols] +
+        [f'{e} bs {bs} × {REFERENCE_MODEL}' for e, bs in cols] +
+        [f'{e} bs {bs} × torch' for e, bs in cols
+         if e != 'torch' and 'torch' in args.engine], rows))
+    report.add()
+    setup_line = (
+        f'Images/s, median [IQR] over {args.repeats} timed batches after '
+        f'{args.warmup} warm-up batches, every model and engine timed in '
+        f'turns of one untimed and {args.turn} timed batches. Deployed: '
+        'BatchNorms folded (lect_mm.export.prepare_for_export); ort: ONNX '
+        'Runtime, the graph of lect_mm.export.export_onnx (opset 23, a '
+        'dynamic batch), every graph optimisation; inductor: torch.compile '
+        'with freezing.')
+    report.add(setup_line)
+    report.add()
+    figures = dict(
+        setup=f'{args.engine[0]}, batch {args.batch_sizes[0]}, '
+        f'{args.img_size}², fp32, {threads} thread(s); ' + setup_line,
+        engine=args.engine[0], batch=args.batch_sizes[0],
+        models={name: dict(
+            ms=stats[name, args.engine[0],
+                     args.batch_sizes[0]].median * 1e3,
+            params=params[name],
+            images_per_s={f'{e} bs {bs}': bs / stats[name, e, bs].median
+                          for e, bs in cols}) for name in models})
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(figures, f, indent=1)
+    return figures
+
+
 def main(argv=None) -> Report:
     args = parse_args(argv)
     device = setup(args)
     report = Report('inference', args.out)
     report.add(machine_header(device, 'Inference throughput'))
+    if args.engine:
+        engine_table(args, device, report)
+        report.save()
+        return report
     if args.deploy_speedup:
         deploy_speedup_table(args, device, report)
         report.save()

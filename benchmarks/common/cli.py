@@ -94,19 +94,25 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_models(names: Optional[Sequence[str]], quick: bool,
-                   default: Sequence[str] = tuple(MODEL_CONFIGS)
-                   ) -> Dict[str, str]:
-    """Map the ``--models`` selection to ``{display name: config path}``."""
+                   default: Sequence[str] = tuple(MODEL_CONFIGS),
+                   timm_models: bool = False) -> Dict[str, str]:
+    """Map the ``--models`` selection to ``{display name: config path}``:
+    report names, config paths, ``NAME=PATH`` (a config under a name of
+    one's own) and, with ``timm_models``, ``timm/NAME`` (kept as it is)."""
     if not names:
         names = QUICK_MODELS if quick else default
     selected = {}
     for name in names:
+        label, _, path = name.rpartition('=')
         if name in MODEL_CONFIGS:
             selected[name] = MODEL_CONFIGS[name]
-        elif name.endswith('.py'):
-            selected[osp.splitext(osp.basename(name))[0]] = name
+        elif path.endswith('.py'):
+            selected[label or osp.splitext(osp.basename(path))[0]] = path
+        elif name.startswith('timm/') and timm_models:
+            selected[name] = name
         else:
             raise ValueError(
                 f'--models: unknown model {name!r}; choose from '
-                f'{list(MODEL_CONFIGS)} or give a config path')
+                f'{list(MODEL_CONFIGS)}, a config path or NAME=PATH' +
+                (', or timm/NAME for a timm model' if timm_models else ''))
     return selected

@@ -228,22 +228,28 @@ def set_dataloader_defaults(cfg: Config,
             loader.setdefault('persistent_workers', True)
 
 
-def exit_launched_process(main) -> None:
-    """Run a tool's ``main()``; a process started by a launcher (with
-    ``LOCAL_RANK`` set) then leaves with ``os._exit`` once its output is
-    flushed, with the status of an integer ``SystemExit`` (75 when
-    preempted), since unwinding gloo's threads and the loaders' workers
-    occasionally aborts a finished rank (docs/pitfalls.md)."""
+def exit_launched_process(main, argv: Optional[List[str]] = None) -> None:
+    """Run a tool's ``main(argv)`` (default: the command line's). A rank of
+    a distributed run (``--launcher`` other than ``none``) then leaves with
+    ``os._exit`` once its output is flushed, with the status of an integer
+    ``SystemExit`` (75 when preempted), since unwinding gloo's threads and
+    the loaders' workers occasionally aborts a finished rank
+    (docs/pitfalls.md). Any other process (``python tools/train.py``,
+    ``runpy``, a sweep driver, a notebook) returns or raises as usual,
+    ``LOCAL_RANK`` set or not."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument('--launcher', default='none')
+    if probe.parse_known_args(argv)[0].launcher == 'none':
+        main(argv)
+        return
     status = 0
     try:
-        main()
+        main(argv)
     except SystemExit as exit_:
-        if 'LOCAL_RANK' not in os.environ or not isinstance(
-                exit_.code, int):
+        if not isinstance(exit_.code, int):
             raise
         status = exit_.code
-    if 'LOCAL_RANK' not in os.environ:
-        return
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -412,8 +412,8 @@ def _fork_ranks(train, args, log_prefix):
             os.environ.update(RANK=str(rank), WORLD_SIZE='2',
                               LOCAL_RANK=str(rank), MASTER_ADDR='127.0.0.1',
                               MASTER_PORT=str(port))
-            exit_launched_process(
-                lambda: train.main([*args, '--launcher', 'pytorch']))
+            exit_launched_process(train.main,
+                                  [*args, '--launcher', 'pytorch'])
 
         pids.append(_fork(rank_body, f'{log_prefix}_rank{rank}.log'))
     return pids

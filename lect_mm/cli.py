@@ -5,6 +5,7 @@ docs/architecture.md: the config file (:func:`load_config`),
 the work directory, the dataloader defaults, the process exit and the
 building of the runner (:func:`runner_context`)."""
 import argparse
+import collections.abc
 import inspect
 import logging
 import os
@@ -115,28 +116,66 @@ def merge_cfg_options(cfg: Config, options: Optional[dict]) -> None:
         raise
 
 
+_NUMBERS = (int, float, torch.Tensor, type(None))
+_SEQUENCES = (list, tuple, collections.abc.Sequence)
+
+
+def _entries(hint):
+    """The annotation of the entries of a sequence annotation, or None."""
+    args = typing.get_args(hint)
+    return args[0] if typing.get_origin(hint) in _SEQUENCES and args else None
+
+
+def _takes(hint) -> Optional[str]:
+    """What an annotation takes, in words, if no string is of it (numbers,
+    None, dicts and sequences of them); None if a string may be, or the
+    annotation is not understood."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    words = []
+    for leaf in typing.get_args(hint) if union else (hint, ):
+        if leaf in _NUMBERS:
+            words.append('None' if leaf is type(None) else leaf.__name__)
+        elif leaf is dict or typing.get_origin(leaf) in (
+                dict, collections.abc.Mapping):
+            words.append('dict')
+        elif _entries(leaf) is not None and _takes(_entries(leaf)):
+            words.append(f'a sequence of {_takes(_entries(leaf))}')
+        else:
+            return None
+    if words == ['None']:
+        return None
+    return ' or '.join(sorted(words, key=lambda w: (w.startswith('a '), w)))
+
+
 def _string_argument(cfg: dict) -> Optional[str]:
-    """A string given to an argument annotated as numbers (or ``None``) only
-    (``lr='abc'``: ``--cfg-options`` leaves what is not a number a string)."""
-    numbers = {int, float, torch.Tensor, type(None)}
+    """A string given to an argument annotated as numbers, dicts or
+    sequences of them (``lr='abc'``; ``attn_cfg=[dict(sr_ratio=2)]``:
+    ``--cfg-options`` leaves what is not a number a string, ``dict(...)``
+    too), or as an entry of a sequence of them."""
     for path, node in walk(cfg):
-        strings = [(k, v) for k, v in node.items()
-                   if isinstance(v, str) and k != 'type']
-        cls = find_class(node['type']) if strings and 'type' in node else None
+        given = [(k, v) for k, v in node.items() if k != 'type' and (
+            isinstance(v, str) or isinstance(v, (list, tuple))
+            and any(isinstance(e, str) for e in v))]
+        cls = find_class(node['type']) if given and 'type' in node else None
         try:
             hints = typing.get_type_hints(
                 cls.__init__ if inspect.isclass(cls) else cls) if cls else {}
         except Exception:  # an annotation that does not evaluate
             hints = {}
-        for key, value in strings:
-            hint = hints.get(key)
-            union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-            leaves = set(typing.get_args(hint) if union else (hint, ))
-            if leaves - {type(None)} and leaves <= numbers:
-                expected = sorted('None' if t is type(None) else t.__name__
-                                  for t in leaves)
-                return (f'{join(path, key)}={value!r}: {cls.__name__} takes '
-                        f'{" or ".join(expected)} for {key!r}, not a string.')
+        for key, value in given:
+            takes = _takes(hints.get(key))
+            where = f'{cls.__name__} takes {takes} for {key!r}' if takes \
+                else None
+            if where and isinstance(value, str):
+                return f'{join(path, key)}={value!r}: {where}, not a string.'
+            if where and 'a sequence of' in takes:
+                i, entry = next((i, e) for i, e in enumerate(value)
+                                if isinstance(e, str))
+                return (f'{join(path, key)}[{i}]={entry!r}: {where}, not '
+                        'a list of strings (--cfg-options reads dict(...) '
+                        "as text: set an entry's keys one by one, "
+                        f'{join(path, key)}.{i}.KEY=VALUE, or give the list '
+                        'in a config file).')
     return None
 
 

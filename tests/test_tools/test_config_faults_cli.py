@@ -85,6 +85,21 @@ def test_a_string_for_a_number_names_key_and_type(train_tool, tmp_path):
         "'lr', not a string.")
 
 
+def test_a_string_for_a_dict_is_named(train_tool, tmp_path):
+    """Before: ``ValueError: dictionary update sequence element #0 has
+    length 1; 2 is required`` from inside LeCT (--cfg-options gives each
+    ``dict(...)`` of a list as a string)."""
+    demo = osp.join(REPO, 'configs', 'demo', 'lect_digits.py')
+    assert _refused(
+        train_tool, tmp_path, 'model.backbone.attn_cfg=[dict(sr_ratio='
+        "'abc'),dict(sr_ratio=2),dict(sr_ratio=1)]", config=demo) == (
+        "model.backbone.attn_cfg[0]=\"dict(sr_ratio='abc')\": LeCT takes "
+        "dict or a sequence of dict for 'attn_cfg', not a list of strings "
+        "(--cfg-options reads dict(...) as text: set an entry's keys one by "
+        'one, model.backbone.attn_cfg.0.KEY=VALUE, or give the list in a '
+        'config file).')
+
+
 def test_a_cycle_of_base_files_is_named(train_tool, tmp_path):
     """Before: RecursionError after mmengine had recursed for seconds."""
     first, second = (osp.realpath(tmp_path / name)

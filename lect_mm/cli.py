@@ -6,10 +6,12 @@ the work directory, the dataloader defaults, the process exit and the
 building of the runner (:func:`runner_context`)."""
 import argparse
 import collections.abc
+import functools
 import inspect
 import logging
 import os
 import os.path as osp
+import re
 import sys
 import time
 import types
@@ -33,13 +35,9 @@ from lect_mm.engine.config_tree import (MISSING, ConfigError,
 from lect_mm.engine.dist import LAUNCHERS, distributed_context
 from lect_mm.utils import init_arguments
 
-# Top-level keys read by mmengine's Runner beyond its arguments, by
-# lect_mm's runner and by the tools.
-READ_KEYS = ('runner_type', 'model_wrapper_cfg', 'find_unused_parameters',
-             'compile', 'activation_checkpointing', 'efficient_conv_bn_eval',
-             'sync_bn', 'custom_imports', 'lock_work_dir', 'log_dir_only',
-             'stop_signals', 'resume_intact', 'resume_schedule',
-             'load_from_strict', 'tta_model', 'tta_pipeline')
+# How mmengine's Runner reads a top-level key beyond its arguments.
+_CFG_READ = re.compile(
+    r"(?:self\.|(?<![\w.]))cfg(?:\.get\(\s*|\[\s*)'(\w+)'")
 # mmengine's default hooks, which default_hooks updates by name
 DEFAULT_HOOKS = ('runtime_info', 'timer', 'sampler_seed', 'logger',
                  'param_scheduler', 'checkpoint')
@@ -79,18 +77,40 @@ def load_config(filename: str) -> Config:
     return Config.fromfile(filename)
 
 
-def merge_cfg_options(cfg: Config, options: Optional[dict]) -> None:
+@functools.lru_cache(maxsize=None)
+def keys_read_by(runner: type) -> Optional[frozenset]:
+    """The top-level config keys a runner class reads beyond its
+    arguments, found where they are read: its ``config_keys``
+    (``LectRunner.config_keys``) and the ``cfg.get('key')`` of its code
+    and its bases' (mmengine's ``Runner`` reads ``sync_bn``,
+    ``model_wrapper_cfg``...); None if that code cannot be read."""
+    keys = set(getattr(runner, 'config_keys', ()))
+    for cls in runner.__mro__:
+        if issubclass(cls, Runner):
+            try:
+                source = inspect.getsource(cls)
+            except (OSError, TypeError):
+                return None
+            keys.update(_CFG_READ.findall(source))
+    return frozenset(keys) | set(init_arguments(runner))
+
+
+def merge_cfg_options(cfg: Config, options: Optional[dict],
+                      reads: Iterable[str] = ()) -> None:
     """``cfg.merge_from_dict(options)`` (``--cfg-options``), with an error
     naming the option when its top-level key is one nothing reads (a
-    misspelt ``train_cfg``) or when it indexes a list by name (mmengine says
-    only "list indices must be integers or slices, not str")."""
+    misspelt ``train_cfg``: not in the config, nor read by its runner
+    (:func:`keys_read_by`), the tools (``runner_type``) or the calling tool,
+    ``reads``) or when it indexes a list by name (mmengine says only "list
+    indices must be integers or slices, not str")."""
     if not options:
         return
     runner = find_class(cfg.get('runner_type', None) or Runner) or Runner
-    known = set(cfg.keys()) | set(READ_KEYS) | set(init_arguments(runner))
+    read = keys_read_by(runner)
+    known = set(cfg.keys()) | set(read or ()) | {'runner_type', *reads}
     for option, value in options.items():
         key = option.split('.')[0]
-        if key not in known:
+        if read is not None and key not in known:
             raise ConfigError(
                 f'--cfg-options {option}={value}: the config has no key '
                 f'{key!r}, and no part of a run reads it, so it would '

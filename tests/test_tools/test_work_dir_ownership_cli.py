@@ -172,3 +172,20 @@ def test_newest_intact_is_newest_in_training_progress(
     assert runner.iter == 12
     assert ('Resuming from the newest intact checkpoint, '
             f'{work_dir / "epoch_2.pth"}') in log_text(str(work_dir))
+
+
+def test_resume_inside_an_epoch_on_other_data_stops(train, stopped,
+                                                    tmp_path):
+    """Before: a resume inside an epoch (after SIGTERM) on a data set of
+    another length but as many iterations per epoch went on silently,
+    though docs/cluster.md says --resume stops on other data. Now the stop
+    checkpoint records the data set's length, and --resume names both."""
+    copy = tmp_path / 'copy'
+    shutil.copytree(stopped[0], copy, symlinks=True)
+    with pytest.raises(CheckpointError) as info:
+        train(copy, '--resume',
+              options=['train_dataloader.dataset.indices=56'])
+    assert (f'Checkpoint {copy / "iter_6.pth"} was written inside epoch 2, '
+            'after its iteration 2 of 4 (1 process, batch size 16) on 64 '
+            'samples; this run has 4 iterations per epoch (1 process, batch '
+            'size 16) on 56 samples.') in str(info.value)

@@ -6,8 +6,7 @@ from .checkpoint_io import (CheckpointError, CheckpointNotFoundError,
 from .checkpoints import (CheckpointConflictError, RunCheckpoints,
                           SafeCheckpointHook)
 from .checks import CheckpointClassesHook, ConfigCheckHook
-from .config_tree import (ConfigError, ConfigMismatchError,
-                          explain_config_errors)
+from .config_tree import ConfigError, ConfigMismatchError
 from .hooks import (CompileModelHook, DivergenceError, NonFiniteLossHook,
                     RNGStateHook)
 from .loading import (CheckpointMismatchError, StrictPretrainedInit,
@@ -27,7 +26,6 @@ __all__ = [
     'DeviceAmpOptimWrapper', 'StrictPretrainedInit',
     # a run's checkpoints, functions
     'RunCheckpoints', 'load_weights', 'verify_checkpoint_file',
-    'explain_config_errors',
     # what a run raises
     'CheckpointError', 'CheckpointNotFoundError', 'CheckpointMismatchError',
     'CheckpointConflictError', 'ConfigError', 'ConfigMismatchError',

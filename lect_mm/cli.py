@@ -32,7 +32,7 @@ from lect_mm.engine.checks import explain_empty_epoch
 from lect_mm.engine.config_tree import (MISSING, ConfigError,
                                         ConfigMismatchError, as_dict, join,
                                         lookup, walk)
-from lect_mm.engine.dist import LAUNCHERS, distributed_context
+from lect_mm.launch import LAUNCHERS, distributed_context
 from lect_mm.utils import init_arguments
 
 # How mmengine's Runner reads a top-level key beyond its arguments.
@@ -337,7 +337,7 @@ def runner_context(cfg: Config) -> Iterator[Runner]:
     """Build the runner of ``cfg`` (its ``runner_type``, else mmengine's
     ``Runner``) and hand it to the ``with`` body: ``cfg`` checked first
     (:func:`check_config`), building and body inside
-    :func:`~lect_mm.engine.dist.distributed_context` and
+    :func:`~lect_mm.launch.distributed_context` and
     :func:`explain_config_errors` (an epoch of no iterations named too).
     The runner's own hooks are its runtime's: ``LectRunner`` registers
     lect_mm's checks, mmengine's ``Runner`` keeps mmengine's behaviour."""

@@ -68,8 +68,8 @@ class CheckpointConflictError(CheckpointError):
 
 
 class Loaded(NamedTuple):
-    """The checkpoint a run loaded: its path, whether ``--resume`` loaded
-    it, and its entries but the weights, optimizer, schedulers and hub."""
+    """A loaded checkpoint: its path, whether ``--resume`` loaded it, and
+    its entries but the weights, optimizer, schedulers and hub."""
     path: str
     resumed: bool
     entries: dict
@@ -94,21 +94,18 @@ class RunCheckpoints:
             name = osp.basename(work_dir.rstrip(osp.sep))
             self.folder = osp.join(out_dir, name) if _is_local(out_dir) \
                 else f'{out_dir.rstrip("/")}/{name}'
-        self.template = getattr(hook, 'filename_tmpl', 'epoch_{}.pth')
-        number = re.escape('{}')
-        names_ = {re.escape(t).replace(number, r'\d+')
-                  for t in (self.template, STOP_TEMPLATE)}
-        self._resumable = re.compile('|'.join(sorted(names_)))
+        self._resumable = re.compile('|'.join(sorted({
+            re.escape(t).replace(re.escape('{}'), r'\d+') for t in (
+                getattr(hook, 'filename_tmpl', 'epoch_{}.pth'), STOP_TEMPLATE)
+        })))
         self._best = re.compile(f'best_.+_(?:{self._resumable.pattern})')
-        backend_args = getattr(hook, 'backend_args', None)
-        client_args = getattr(hook, 'file_client_args', None)
-        if backend_args is None and client_args is None and \
+        args = dict(backend_args=getattr(hook, 'backend_args', None),
+                    file_client_args=getattr(hook, 'file_client_args', None))
+        if args == dict(backend_args=None, file_client_args=None) and \
                 _is_local(self.folder):
-            backend_args = dict(backend=ATOMIC_BACKEND)
-        self.save_args = dict(backend_args=backend_args,
-                              file_client_args=client_args)
-        self.backend = get_file_backend(self.folder,
-                                        backend_args=backend_args)
+            args['backend_args'] = dict(backend=ATOMIC_BACKEND)
+        self.save_args = args
+        self.backend = get_file_backend(self.folder, args['backend_args'])
         self.pointer = osp.join(work_dir, LAST_CHECKPOINT)
         self.loaded: Optional[Loaded] = None
         self._read = None  # (path, (bytes, digest)) that latest() verified
@@ -217,7 +214,7 @@ class RunCheckpoints:
         return newest
 
     def _intact(self, path: str) -> str:
-        self._read = (path, read_verified(path))
+        self._read = (path, read_verified(path))  # for load()
         return path
 
     def note(self) -> str:
@@ -261,47 +258,37 @@ class RunCheckpoints:
     def _conflict(self, resume_from: Optional[str]) -> Optional[str]:
         files = sorted(set(self._files(self._resumable))
                        | set(self._files(self._best)))
-        inside = resume_from is not None and _is_local(resume_from) and \
-            is_inside(resume_from, self.folder)
-        where = f'Work dir {self.work_dir}' if self.folder == self.work_dir \
-            else f'The checkpoint folder {self.folder}'
-        never = 'a run never destroys checkpoints it did not write.'
-        if not inside:
+        where = f'work dir {self.work_dir}' if self.folder == self.work_dir \
+            else f'the checkpoint folder {self.folder}'
+        never = ('would overwrite or remove: a run never destroys '
+                 'checkpoints it did not write.')
+        if resume_from is None or not is_inside(resume_from, self.folder):
+            listing = names([osp.basename(p) for p in files], 6, str)
             if not files:
                 return None
-            listing = names([osp.basename(p) for p in files], 6, str)
             if resume_from is None:
-                return (f'{where} holds the checkpoints of an earlier run '
-                        f'({listing}), which this run would overwrite or '
-                        f'remove: {never} To go on with that run, add '
+                return (f'{where[0].upper()}{where[1:]} holds the '
+                        f'checkpoints of an earlier run ({listing}), which '
+                        f'this run {never} To go on with that run, add '
                         '--resume; to start a new one, pass another '
                         '--work-dir (or move those files away).')
-            return (f'--resume {resume_from}: {where.lower()[0]}'
-                    f'{where[1:]} holds the checkpoints of another run '
-                    f'({listing}), which this run would overwrite or remove: '
-                    f'{never} Pass another --work-dir.')
+            return (f'--resume {resume_from}: {where} holds the checkpoints '
+                    f'of another run ({listing}), which this run {never} '
+                    'Pass another --work-dir.')
         done = self.progress(resume_from)
         later = [(p, self.progress(p)) for p in files
                  if done and (self.progress(p) or done) > done]
-
-        def intact(path):
-            try:
-                verify_checkpoint_file(path)
-            except CheckpointError:
-                return False  # damaged: --resume-intact goes past it
-            return True
-
-        if not any(self._resumable.fullmatch(osp.basename(p)) and intact(p)
-                   for p, _ in later):
-            return None
+        if not any(self._resumable.fullmatch(osp.basename(p)) and
+                   _reads_back(p) for p, _ in later):
+            return None  # a damaged one: --resume-intact goes past it
         base = osp.basename(resume_from)
         listing = names([f'{osp.basename(p)} (iteration {it})'
                          for p, (it, _) in later], 6, str)
-        return (f'--resume {resume_from}: {where.lower()[0]}{where[1:]} holds '
-                f'checkpoints beyond it ({listing}), which a run from {base} '
-                f'would overwrite or remove: {never} To branch from {base}, '
-                'pass another --work-dir (it is read where it is); to go on '
-                'from the newest checkpoint, --resume without a path.')
+        return (f'--resume {resume_from}: {where} holds checkpoints beyond '
+                f'it ({listing}), which a run from {base} {never} To branch '
+                f'from {base}, pass another --work-dir (it is read where it '
+                'is); to go on from the newest checkpoint, --resume without a '
+                'path.')
 
     # ------------------------------------------------------------- saving
     def save(self, runner, filename: str, replaces=(), resumable=True,
@@ -322,13 +309,9 @@ class RunCheckpoints:
         if resumable:
             self.write_pointer(path)
         outdated = [p for p in dict.fromkeys(replaces) if p and p != path]
-        try:
-            if outdated and _is_local(path):
-                verify_checkpoint_file(path)
-        except CheckpointError as error:
-            runner.logger.error(f'Kept {", ".join(outdated)}: the new '
-                                f'checkpoint does not read back intact '
-                                f'({error})')
+        if outdated and _is_local(path) and not _reads_back(
+                path, runner.logger, f'Kept {", ".join(outdated)}: the new '
+                'checkpoint does not read back intact'):
             return path
         for old in outdated:
             if not is_inside(old, self.folder):
@@ -344,6 +327,17 @@ class RunCheckpoints:
                 continue
             runner.logger.info(f'Removed the outdated checkpoint {old}.')
         return path
+
+
+def _reads_back(path: str, logger=None, kept: str = '') -> bool:
+    """Whether ``path`` reads back intact; if not, ``logger`` says why."""
+    try:
+        verify_checkpoint_file(path)
+        return True
+    except CheckpointError as error:
+        if logger is not None:
+            logger.error(f'{kept} ({error})')
+        return False
 
 
 def checkpoints_of(runner) -> RunCheckpoints:

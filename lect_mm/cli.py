@@ -26,9 +26,8 @@ from mmengine.logging import MMLogger
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
-from lect_mm.config_errors import (explain_config_errors, find_class, suggest,
-                                   unknown_type)
-from lect_mm.engine.checks import explain_empty_epoch
+from lect_mm.config_errors import (explain_config_errors, explain_empty_epoch,
+                                   find_class, suggest, unknown_type)
 from lect_mm.engine.config_tree import (MISSING, ConfigError,
                                         ConfigMismatchError, as_dict, join,
                                         lookup, walk)

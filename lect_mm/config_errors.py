@@ -11,6 +11,7 @@ from typing import List, Optional
 
 from mmengine.registry import Registry
 
+from lect_mm.engine.checks import built_loaders, empty_epoch_problem
 from lect_mm.engine.config_tree import (ConfigError, ConfigMismatchError,
                                         as_dict, join, walk)
 from lect_mm.utils import init_arguments
@@ -150,6 +151,18 @@ def _explain(error: Exception, cfg) -> Optional[str]:
         return unknown_type(cfg, match['name'], match['registry'])
     # a constructor that looked the type up itself and failed on None
     return unknown_type(cfg) if 'None' in text else None
+
+
+def explain_empty_epoch(error: AssertionError, runner) -> Optional[str]:
+    """mmengine's "`epoch_length` must be a positive integer, but got 0"
+    (schedulers converted to iterations, built before any hook runs) in
+    terms of the training loader; None for other errors."""
+    if '`epoch_length` must be a positive integer' not in str(error):
+        return None
+    loaders = built_loaders(runner, ('train', ))
+    problem = loaders and empty_epoch_problem(*loaders[0])
+    return problem and (problem + ' (Found while building the parameter '
+                        'schedulers, which convert epochs to iterations.)')
 
 
 @contextmanager

@@ -1,11 +1,8 @@
 """The checkpoint file format: written atomically with a SHA-256 digest
-record, mmengine's runtime state as plain data, read once and verified and
-loaded from those same bytes. The digest, ``<archive>/lect_mm_sha256``,
-covers every other record of the torch zip archive; ``torch.load`` reads
-only the records its pickle names, so the file still loads with
-``torch.load(weights_only=True)`` without lect_mm. Which files a run has
-and may replace: :mod:`.checkpoints` (docs/architecture.md).
-"""
+record over every other record of the torch zip archive (``torch.load``
+reads only those its pickle names: ``torch.load(weights_only=True)`` loads
+it without lect_mm), mmengine's runtime state as plain data, read once and
+loaded from the bytes verified. A run's files: :mod:`.checkpoints`."""
 import hashlib
 import io
 import json
@@ -208,31 +205,6 @@ def from_plain(obj):
 
 
 # ----------------------------------------------------------------- reading
-def read_checkpoint_file(path: str) -> bytes:
-    """The bytes of the local file ``path``, read once; one that changes
-    while it is read (written to in place) raises :class:`CheckpointError`
-    naming it, as do a missing file and a folder."""
-    path = os.fspath(path)
-    if not osp.exists(path):
-        raise CheckpointNotFoundError(f'Checkpoint {path} does not exist.')
-    if osp.isdir(path):
-        raise CheckpointError(f'Checkpoint {path} is a directory, not a '
-                              'checkpoint file.')
-    with open(path, 'rb') as file:
-        before = os.fstat(file.fileno())
-        data = file.read()
-        after = os.fstat(file.fileno())
-    stamp = ('st_ino', 'st_size', 'st_mtime_ns', 'st_ctime_ns')
-    if [getattr(before, k) for k in stamp] != [getattr(after, k)
-                                               for k in stamp] or \
-            len(data) != after.st_size:
-        raise CheckpointError(
-            f'Checkpoint {path} changed while it was read ({len(data)} bytes '
-            f'read, {after.st_size} now): another process writes to it. Read '
-            'it once that write is done, or copy it aside first.')
-    return data
-
-
 def verify_checkpoint_bytes(data: bytes, path: str) -> Optional[str]:
     """Raise :class:`CheckpointError` naming ``path`` if ``data`` (its
     bytes) are empty, truncated, fail a zip CRC or their digest; return the
@@ -268,54 +240,43 @@ def verify_checkpoint_bytes(data: bytes, path: str) -> Optional[str]:
     return None if expected is None else digest
 
 
-def verify_checkpoint_file(path: str) -> Optional[str]:
-    """:func:`verify_checkpoint_bytes` of the local file ``path``."""
-    return verify_checkpoint_bytes(read_checkpoint_file(path), path)
-
-
 def read_verified(path: str) -> Tuple[bytes, Optional[str]]:
-    """The bytes of ``path`` and their verified digest (None: none)."""
-    data = read_checkpoint_file(path)
+    """The bytes of the local file ``path``, read once, and their verified
+    digest (:func:`verify_checkpoint_bytes`); a missing file, a folder and
+    a file that changes while it is read (written to in place) raise
+    :class:`CheckpointError` naming it."""
+    path = os.fspath(path)
+    if not osp.exists(path):
+        raise CheckpointNotFoundError(f'Checkpoint {path} does not exist.')
+    if osp.isdir(path):
+        raise CheckpointError(f'Checkpoint {path} is a directory, not a '
+                              'checkpoint file.')
+    with open(path, 'rb') as file:
+        before = os.fstat(file.fileno())
+        data = file.read()
+        after = os.fstat(file.fileno())
+    stamp = ('st_ino', 'st_size', 'st_mtime_ns', 'st_ctime_ns')
+    if len(data) != after.st_size or any(
+            getattr(before, k) != getattr(after, k) for k in stamp):
+        raise CheckpointError(
+            f'Checkpoint {path} changed while it was read ({len(data)} bytes '
+            f'read, {after.st_size} now): another process writes to it. Read '
+            'it once that write is done, or copy it aside first.')
     return data, verify_checkpoint_bytes(data, path)
 
 
-def load_checkpoint_bytes(data: bytes, path: str, map_location=None,
-                          digest: Optional[str] = None):
-    """``torch.load`` of ``data``, the verified bytes of ``path``
-    (``weights_only``: torch's default; its opt-out for trusted files is
-    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``)."""
-    try:
-        checkpoint = torch.load(io.BytesIO(data), map_location=map_location)
-    except pickle.UnpicklingError as error:
-        # weights_only refused a class (or a damaged pickle): keep the type.
-        hint = (" mmengine's own CheckpointHook pickles objects that torch "
-                ">= 2.6 refuses (lect_mm's SafeCheckpointHook writes plain "
-                'data); to load such a file that you trust, set '
-                'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1.'
-                ) if 'mmengine' in str(error) else ''
-        raise pickle.UnpicklingError(
-            f'Checkpoint {path}: {error}{hint}') from error
-    except Exception as error:
-        raise CheckpointError(
-            f'Checkpoint {path} could not be loaded: '
-            f'{type(error).__name__}: {error}') from error
-    if digest is None:
-        print_log(
-            f'Checkpoint {path} carries no lect_mm digest (converted or '
-            'third-party weights, or written by another tool); its content '
-            'is loaded unverified.', logger='current', level=logging.INFO)
-    return checkpoint
+def verify_checkpoint_file(path: str) -> Optional[str]:
+    """:func:`read_verified`'s digest of the local file ``path``."""
+    return read_verified(path)[1]
 
 
 def read_checkpoint(filename: str, map_location=None,
                     verified: Optional[tuple] = None) -> dict:
     """The checkpoint dict at any path, plain data decoded: a local file
-    read once, verified and loaded from the same bytes (``verified``: its
-    ``(bytes, digest)`` already read); an ``http(s)://`` URL into torch's
-    hub cache, with torch.load's default ``weights_only`` too (mmengine's
-    HTTP loader unpickles anything); other prefixes (``s3://``...) with
-    mmengine's loader. Anything but a dict raises
-    :class:`CheckpointError`."""
+    read once, verified and loaded from those bytes (``verified``: its
+    :func:`read_verified`); an ``http(s)://`` URL with torch's
+    ``weights_only`` too (mmengine's unpickles anything); ``s3://``...
+    with mmengine's loader. Anything but a dict raises."""
     filename = osp.expanduser(os.fspath(filename))
     if filename.startswith(('http://', 'https://')):
         checkpoint = torch.hub.load_state_dict_from_url(
@@ -324,8 +285,27 @@ def read_checkpoint(filename: str, map_location=None,
         checkpoint = _load_checkpoint(filename, map_location=map_location)
     else:
         data, digest = verified or read_verified(filename)
-        checkpoint = load_checkpoint_bytes(data, filename, map_location,
-                                           digest)
+        try:
+            checkpoint = torch.load(io.BytesIO(data),
+                                    map_location=map_location)
+        except pickle.UnpicklingError as error:
+            hint = (" mmengine's own CheckpointHook pickles objects that "
+                    "torch >= 2.6 refuses (lect_mm's SafeCheckpointHook "
+                    'writes plain data); to load such a file that you trust, '
+                    'set TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1.'
+                    ) if 'mmengine' in str(error) else ''
+            raise pickle.UnpicklingError(
+                f'Checkpoint {filename}: {error}{hint}') from error
+        except Exception as error:
+            raise CheckpointError(
+                f'Checkpoint {filename} could not be loaded: '
+                f'{type(error).__name__}: {error}') from error
+        if digest is None:
+            print_log(
+                f'Checkpoint {filename} carries no lect_mm digest (converted '
+                'or third-party weights, or written by another tool); its '
+                'content is loaded unverified.', logger='current',
+                level=logging.INFO)
     if not isinstance(checkpoint, dict):
         raise CheckpointError(
             f'Checkpoint {filename} holds a {type(checkpoint).__name__}, '

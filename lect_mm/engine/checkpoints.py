@@ -6,6 +6,7 @@ import os
 import os.path as osp
 import re
 from collections import deque
+from contextlib import suppress
 from typing import List, NamedTuple, Optional
 
 import torch
@@ -76,14 +77,11 @@ class Loaded(NamedTuple):
 
 
 class RunCheckpoints:
-    """A run's checkpoints: their folder (the checkpoint hook's
-    ``out_dir/<work dir's name>``, else the work dir), the resumable ones
-    (named by the hook's ``filename_tmpl``, and stop checkpoints
-    ``iter_N.pth``), the pointer ``work_dir/last_checkpoint`` (written
-    atomically, never followed outside), the latest intact one (the bytes
-    it verified are the ones :meth:`load` loads), what was loaded
-    (:attr:`loaded`), saving (outdated files removed once the new one reads
-    back intact) and which files a run may replace (:meth:`claim`)."""
+    """A run's checkpoints: their folder (the hook's ``out_dir/<work dir's
+    name>``, else the work dir), the resumable ones (by the hook's
+    ``filename_tmpl``, and ``iter_N.pth`` of a stop), ``last_checkpoint``,
+    the latest intact one, loading (:attr:`loaded`), saving and which
+    files a run may replace (:meth:`claim`)."""
 
     def __init__(self, work_dir: str, hook=None) -> None:
         self.work_dir = work_dir
@@ -105,7 +103,8 @@ class RunCheckpoints:
                 _is_local(self.folder):
             args['backend_args'] = dict(backend=ATOMIC_BACKEND)
         self.save_args = args
-        self.backend = get_file_backend(self.folder, args['backend_args'])
+        self.backend = get_file_backend(
+            self.folder, backend_args=args['backend_args'])
         self.pointer = osp.join(work_dir, LAST_CHECKPOINT)
         self.loaded: Optional[Loaded] = None
         self._read = None  # (path, (bytes, digest)) that latest() verified
@@ -164,16 +163,11 @@ class RunCheckpoints:
                   f'dir?): not followed; {taken}.', logger, logging.WARNING)
         return path
 
-    def write_pointer(self, path: str) -> None:
-        atomic_write(self.pointer, str(path).encode())
-
     def latest(self, take_intact: bool = False,
                logger='current') -> Optional[str]:
-        """The checkpoint ``--resume`` takes: the one ``last_checkpoint``
-        names (else the newest resumable one; None if there is none). If it
-        is missing or damaged, the newest intact one is named in a
-        :class:`CheckpointError`, or taken with ``take_intact``
-        (``--resume-intact``)."""
+        """What ``--resume`` takes: the file ``last_checkpoint`` names, else
+        the newest resumable one (None: none). A missing or damaged one
+        raises, naming the newest intact one (taken with ``take_intact``)."""
         candidates = []
         try:
             latest = self.read_pointer(logger)
@@ -182,11 +176,10 @@ class RunCheckpoints:
         else:
             if latest is not None and not _is_local(latest):
                 return latest  # a remote out_dir: its loader checks the file
+            candidates = [] if latest else self.resumable()
+            latest = latest or next(iter(candidates), None)
             if latest is None:
-                candidates = self.resumable()
-                if not candidates:
-                    return None
-                latest = candidates[0]
+                return None
             try:
                 return self._intact(latest)
             except CheckpointError as error:
@@ -194,11 +187,9 @@ class RunCheckpoints:
         newest = None
         for path in candidates or self.resumable():
             if latest is None or osp.abspath(path) != osp.abspath(latest):
-                try:
+                with suppress(CheckpointError):
                     newest = self._intact(path)
                     break
-                except CheckpointError:
-                    pass
         where = f'Cannot resume in {self.work_dir}. {problem}'
         if newest is None:
             raise CheckpointError(
@@ -245,11 +236,10 @@ class RunCheckpoints:
 
     # ------------------------------------------- what a run may replace
     def claim(self, resume_from: Optional[str] = None) -> None:
-        """Raise :class:`CheckpointConflictError` (every rank; rank 0
-        decides) before a training overwrites or removes checkpoints it did
-        not write: in a folder with any, unless it resumes one of them; and
-        resuming one, any intact resumable checkpoint of more training
-        progress there (a branch from an earlier checkpoint)."""
+        """Raise :class:`CheckpointConflictError` (rank 0 decides) before a
+        training overwrites checkpoints it did not write: any in the folder,
+        unless it resumes one of them; then intact resumable ones of more
+        training progress (a branch from an earlier checkpoint)."""
         problem = [self._conflict(resume_from) if is_main_process() else None]
         broadcast_object_list(problem, src=0)  # no-op on one process
         if problem[0] is not None:
@@ -293,11 +283,9 @@ class RunCheckpoints:
     # ------------------------------------------------------------- saving
     def save(self, runner, filename: str, replaces=(), resumable=True,
              **kwargs) -> str:
-        """``runner.save_checkpoint`` of ``filename`` into the folder (every
-        rank calls it, rank 0 writes), recording the optimizer's type; then,
-        on rank 0, ``last_checkpoint`` names it (``resumable``) and
-        ``replaces`` (files of the folder) are removed once it reads back
-        intact."""
+        """``runner.save_checkpoint`` of ``filename`` with the optimizer's
+        type (every rank calls it); then ``last_checkpoint`` names it
+        (``resumable``) and ``replaces`` are removed once it reads back."""
         meta = dict(kwargs.pop('meta', None) or {})
         if kwargs.get('save_optimizer', True):
             meta['optimizer_type'] = optimizer_types(runner.optim_wrapper)
@@ -307,7 +295,7 @@ class RunCheckpoints:
         if not is_main_process():
             return path
         if resumable:
-            self.write_pointer(path)
+            atomic_write(self.pointer, str(path).encode())
         outdated = [p for p in dict.fromkeys(replaces) if p and p != path]
         if outdated and _is_local(path) and not _reads_back(
                 path, runner.logger, f'Kept {", ".join(outdated)}: the new '
@@ -353,12 +341,10 @@ def checkpoints_of(runner) -> RunCheckpoints:
 
 @HOOKS.register_module()
 class SafeCheckpointHook(CheckpointHook):
-    """mmengine's ``CheckpointHook`` (same arguments, file names and
-    message-hub records) that saves through the run's
-    :class:`RunCheckpoints`: atomic, digested files and ``last_checkpoint``;
-    outdated checkpoints (``max_keep_ckpts``, the previous best, a stop
-    checkpoint) removed only once the new one reads back intact; runtime
-    state as plain data; files of its own folder only."""
+    """mmengine's ``CheckpointHook`` (same arguments, file names and hub
+    records) saving through :class:`RunCheckpoints`: atomic, digested files;
+    outdated ones (``max_keep_ckpts``, the previous best, a stop's) removed
+    once the new one reads back; plain data; its own folder only."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -397,19 +383,17 @@ class SafeCheckpointHook(CheckpointHook):
                 self.every_n_train_iters(runner, self.interval,
                                          self.save_begin)
                 or self.save_last and self.is_last_train_iter(runner)):
-            runner.logger.info(
-                f'Saving checkpoint at {runner.iter + 1} iterations')
             self._save(runner, runner.iter + 1,
-                       dict(epoch=runner.epoch, iter=runner.iter + 1))
+                       dict(epoch=runner.epoch, iter=runner.iter + 1),
+                       'iterations')
 
     def after_train_epoch(self, runner) -> None:
         if self.by_epoch and (
                 self.every_n_epochs(runner, self.interval, self.save_begin)
                 or self.save_last and self.is_last_train_epoch(runner)):
-            runner.logger.info(
-                f'Saving checkpoint at {runner.epoch + 1} epochs')
             self._save(runner, runner.epoch + 1,
-                       dict(epoch=runner.epoch + 1, iter=runner.iter))
+                       dict(epoch=runner.epoch + 1, iter=runner.iter),
+                       'epochs')
 
     def after_val_epoch(self, runner, metrics) -> None:
         if not metrics:
@@ -432,9 +416,11 @@ class SafeCheckpointHook(CheckpointHook):
         return {getattr(self, 'best_ckpt_path', None),
                 *by_metric.values()} - {None}
 
-    def _save(self, runner, step: int, meta: dict) -> None:
+    def _save(self, runner, step: int, meta: dict, unit: str = '') -> None:
         """mmengine's ``_save_checkpoint_with_step``: the checkpoint of
         ``step``, and ``max_keep_ckpts``."""
+        if unit:
+            runner.logger.info(f'Saving checkpoint at {step} {unit}')
         hub, own = runner.message_hub, self.checkpoints
         outdated, self._outdated = self._outdated, []
         keep = self.keep_ckpt_ids

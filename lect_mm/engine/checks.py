@@ -86,18 +86,6 @@ def empty_epoch_problem(name: str, loader) -> Optional[str]:
             f'would be {done}. {fix}, or add samples.')
 
 
-def explain_empty_epoch(error: AssertionError, runner) -> Optional[str]:
-    """mmengine's "`epoch_length` must be a positive integer, but got 0"
-    (schedulers converted to iterations, built before any hook runs) in
-    terms of the training loader; None for other errors."""
-    if '`epoch_length` must be a positive integer' not in str(error):
-        return None
-    loaders = built_loaders(runner, ('train', ))
-    problem = loaders and empty_epoch_problem(*loaders[0])
-    return problem and (problem + ' (Found while building the parameter '
-                        'schedulers, which convert epochs to iterations.)')
-
-
 def class_difference(a_name: str, a: list, b_name: str, b: list, show,
                      means) -> str:
     """How class lists ``a`` and ``b`` differ (``only in <a_name>: ...``,

@@ -138,14 +138,12 @@ def _processes(n: int) -> str:
 
 @HOOKS.register_module()
 class PreemptionHook(Hook):
-    """Stop a training cleanly on a signal (``stop_signals``: what
-    :class:`StopSignals` accepts) and resume it inside the epoch. While
-    ``train()`` runs, the signals are recorded and loader workers ignore
-    them; after each iteration and before an epoch that follows another,
-    the ranks agree whether one got a signal; if so ``SafeCheckpointHook``
-    saves ``iter_{N}.pth`` (with each rank's buffers: DDP averages BatchNorm
-    statistics only at an epoch's end) and :class:`TrainingPreempted` is
-    raised. A run that cannot stop so says why in its log."""
+    """Stop a training cleanly on a signal (``stop_signals``) and resume it
+    inside the epoch. While ``train()`` runs, the signals are recorded (not
+    in loader workers); after each iteration the ranks agree whether one
+    got one; if so ``SafeCheckpointHook`` saves ``iter_{N}.pth`` (with each
+    rank's buffers: DDP averages BatchNorm statistics at an epoch's end)
+    and :class:`TrainingPreempted` is raised."""
 
     priority = 'LOWEST'  # an iteration's other hooks (its checkpoint) first
 

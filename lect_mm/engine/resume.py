@@ -1,8 +1,6 @@
-"""What ``--resume`` takes from the config rather than the checkpoint
-(README: "Resume follows the config"): :func:`follow_config`, which
-``LectRunner`` applies to the checkpoint it resumes before mmengine restores
-the optimizer and the schedulers from it. mmengine restores both over the
-config's, silently (docs/pitfalls.md)."""
+"""What ``--resume`` takes from the config, not the checkpoint (README:
+"Resume follows the config"; mmengine restores the checkpoint's silently):
+:func:`follow_config`, applied by ``LectRunner`` before mmengine's resume."""
 import warnings
 from itertools import chain, repeat
 from typing import List
@@ -18,23 +16,25 @@ _PROGRESS = frozenset(
 
 def follow_config(runner, checkpoint: dict, filename: str,
                   schedule: str = 'config') -> None:
-    """Stop on another optimizer type (:class:`ConfigMismatchError`); put
-    the config's optimizer settings (``weight_decay``, ``betas``...) in the
-    checkpoint, with a warning naming those that differ; and the
-    parameter schedule's: replayed to where a run with it would be
-    (``schedule='config'``) or the checkpoint's, with a warning either
-    way."""
+    """Stop on another optimizer type; put the config's optimizer settings
+    (``weight_decay``...) in the checkpoint, naming those that differ; and
+    the config's schedule, replayed (``schedule='config'``), or the
+    checkpoint's, with a warning either way."""
     _check_optimizer_type(runner, checkpoint, filename)
     _follow_settings(runner, checkpoint, filename)
     _follow_schedule(runner, checkpoint, filename, schedule)
 
 
-def _wrappers(optim_wrapper) -> list:
-    """``[(config path, key in the optimizer state or None, wrapper)]``."""
-    if hasattr(optim_wrapper, 'optim_wrappers'):
-        return [(f'optim_wrapper.{name}', name, wrapper)
-                for name, wrapper in optim_wrapper.items()]
-    return [('optim_wrapper', None, optim_wrapper)]
+def _param_groups(checkpoint: dict, key, optimizer):
+    """The checkpoint's param groups of ``optimizer`` (``key``: its name in
+    an ``OptimWrapperDict``), or None if they do not pair with its own
+    (mmengine's load names that misfit)."""
+    state = checkpoint.get('optimizer')
+    if key is not None:
+        state = state.get(key) if isinstance(state, dict) else None
+    groups = state.get('param_groups') if isinstance(state, dict) else None
+    return groups if isinstance(groups, list) and len(groups) == len(
+        optimizer.param_groups) else None
 
 
 def _check_optimizer_type(runner, checkpoint: dict, filename: str) -> None:
@@ -66,16 +66,14 @@ def _follow_settings(runner, checkpoint: dict, filename: str) -> None:
         name = scheduler.param_name
         scheduled |= {name, f'initial_{name}'} | (
             {'betas'} if name == 'momentum' else set())
-    saved = checkpoint.get('optimizer')
+    wrapper = runner.optim_wrapper
+    wrappers = wrapper.items() if hasattr(wrapper, 'optim_wrappers') else [
+        (None, wrapper)]
     changes = {}  # (path, setting, old, new): number of param groups
-    for path, key, wrapper in _wrappers(runner.optim_wrapper):
-        state = saved.get(key) if key is not None and isinstance(
-            saved, dict) else saved
-        groups = state.get('param_groups') if isinstance(state, dict) else None
-        live = wrapper.optimizer.param_groups
-        if not isinstance(groups, list) or len(groups) != len(live):
-            continue  # mmengine's own load will name the misfit
-        for group, now in zip(groups, live):
+    for key, wrapper in wrappers:
+        path = 'optim_wrapper' + (f'.{key}' if key is not None else '')
+        groups = _param_groups(checkpoint, key, wrapper.optimizer) or []
+        for group, now in zip(groups, wrapper.optimizer.param_groups):
             for field, value in now.items():
                 if field not in scheduled and field in group and \
                         _differ(group[field], value):
@@ -189,14 +187,9 @@ def _replay(runner, built, checkpoint: dict) -> None:
     checkpoint['param_schedulers'] = (
         {key: [s.state_dict() for s in items] for key, items in built.items()}
         if isinstance(built, dict) else [s.state_dict() for s in built])
-    optim = checkpoint.get('optimizer')
     for _, scheduler, key in flat:
-        state = optim.get(key) if key is not None and isinstance(
-            optim, dict) else optim
-        groups = state.get('param_groups') if isinstance(state, dict) else None
         live = scheduler.optimizer.param_groups
-        if not isinstance(groups, list) or len(groups) != len(live):
-            continue  # mmengine's own load will name the misfit
         fields = (scheduler.param_name, f'initial_{scheduler.param_name}')
-        for group, now in zip(groups, live):
+        for group, now in zip(_param_groups(checkpoint, key,
+                                            scheduler.optimizer) or [], live):
             group.update({f: now[f] for f in fields if f in now})

@@ -27,37 +27,22 @@ from .resume import RESUME_SCHEDULE_CHOICES, follow_config
 from .workdir import WorkDirInUseError, WorkDirLock
 from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
 
-#: mmengine's deprecation lines that its own CheckpointHook's FileClient
-#: logs on every run, which a user cannot act on: dropped from the log of
-#: a LectRunner's run (nothing else, nothing process-wide).
-_QUIET_LOG = re.compile(r'^"FileClient" will be deprecated'
-                        r'|^"HardDiskBackend" is the alias of "LocalBackend"')
+#: mmengine's deprecation lines that its checkpoint saving logs (through
+#: FileClient), which a user cannot act on: dropped from LectRunner's log.
+_NOISE = re.compile(r'^"FileClient" will be deprecated'
+                    r'|^"HardDiskBackend" is the alias of "LocalBackend"')
 
 
-class _KnownDeprecationFilter(logging.Filter):
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not _QUIET_LOG.search(record.getMessage())
-
-
-def _flag(key, value):
-    if not isinstance(value, bool):
-        raise ConfigError(f'{key}={value!r}: expected True or False.')
-    return value
-
-
-def _signals(key, value):
-    StopSignals(value)  # a ValueError naming stop_signals
-    return value
-
-
-def _schedule(key, value):
-    if value not in RESUME_SCHEDULE_CHOICES:
+def _checked(key: str, value, check):
+    """``value`` of the config key ``key``, if ``check`` takes it: ``bool``,
+    a tuple of choices, or a function that raises (naming ``key``)."""
+    if isinstance(check, tuple) and value not in check:
         raise ConfigMismatchError(
-            f'{key}={value!r}: choose one of '
-            f'{", ".join(map(repr, RESUME_SCHEDULE_CHOICES))} (what '
-            "--resume does when the config's parameter schedule differs "
-            "from the checkpoint's).")
+            f'{key}={value!r}: choose one of {", ".join(map(repr, check))}.')
+    if check is bool and not isinstance(value, bool):
+        raise ConfigError(f'{key}={value!r}: expected True or False.')
+    if callable(check) and check is not bool:
+        check(value)
     return value
 
 
@@ -120,30 +105,27 @@ class _LectRunnerHook(Hook):
 class LectRunner(Runner):
     """mmengine's ``Runner`` (same arguments) with what is local to its run
     (docs/architecture.md): its checkpoints' owner (:attr:`checkpoints`),
-    verified, strict loading, a locked work dir, its own log folder, a log
-    that raises a full disk's error, :meth:`release` when
-    ``train``/``val``/``test`` returns, a ``LectEpochBasedTrainLoop`` for
-    ``train_cfg = dict(by_epoch=True, ...)`` and lect_mm's checking and
-    preemption hooks."""
+    strict loading, a locked work dir and log folder of its own, a log that
+    raises a full disk's error, :meth:`release` after each loop, a
+    ``LectEpochBasedTrainLoop`` and lect_mm's checking and stop hooks."""
 
-    #: The top-level config keys LectRunner reads besides mmengine's, as
-    #: ``key: (default, check)``: read and checked once, into
-    #: :attr:`settings`, before anything is built; ``lect_mm.cli`` counts
-    #: them as read (a misspelt one is named).
+    #: The top-level config keys it reads besides mmengine's, ``key:
+    #: (default, check)``, read and checked into :attr:`settings` before
+    #: anything is built (``lect_mm.cli`` counts them as read).
     config_keys = dict(
-        load_from_strict=(True, _flag),  # False: load what fits, warn
-        resume_intact=(False, _flag),  # --resume past a damaged latest
-        lock_work_dir=(True, _flag),
-        log_dir_only=(False, _flag),  # the config copy into the log folder
-        stop_signals=(DEFAULT_STOP_SIGNALS, _signals),  # PreemptionHook
-        resume_schedule=('config', _schedule))  # resume.follow_config
+        load_from_strict=(True, bool),  # False: load what fits, warn
+        resume_intact=(False, bool),  # --resume past a damaged latest
+        lock_work_dir=(True, bool),
+        log_dir_only=(False, bool),  # the config copy into the log folder
+        stop_signals=(DEFAULT_STOP_SIGNALS, StopSignals),  # PreemptionHook
+        resume_schedule=('config', RESUME_SCHEDULE_CHOICES))  # resume.py
 
     _training = False  # in train(): load_or_resume claims the folder
     _config_due = False  # the config copy to write into the work dir
 
     def __init__(self, *args, **kwargs):
         cfg = kwargs.get('cfg') or {}
-        self.settings = {key: check(key, cfg.get(key, default))
+        self.settings = {key: _checked(key, cfg.get(key, default), check)
                          for key, (default, check) in
                          self.config_keys.items()}
         try:
@@ -157,7 +139,8 @@ class LectRunner(Runner):
                 GuardedFileHandler.replacing(handler)
                 if type(handler) is logging.FileHandler else handler
                 for handler in self.logger.handlers]
-            self.logger.addFilter(_KnownDeprecationFilter())
+            self.logger.addFilter(
+                lambda record: not _NOISE.search(record.getMessage()))
             scope_pretrained_init(self.model)
             for hook in (ConfigCheckHook(), CheckpointClassesHook(),
                          PreemptionHook(self.settings['stop_signals']),
@@ -234,8 +217,7 @@ class LectRunner(Runner):
 
     def load_or_resume(self) -> None:
         """mmengine's, with the latest intact checkpoint for ``--resume``;
-        a training first claims its checkpoint folder
-        (:meth:`RunCheckpoints.claim`: no earlier run's files replaced)."""
+        a training claims its folder first (:meth:`RunCheckpoints.claim`)."""
         if self._has_loaded:
             return
         resume_from = self._load_from if self._resume else None

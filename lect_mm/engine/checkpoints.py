@@ -92,10 +92,10 @@ class RunCheckpoints:
             name = osp.basename(work_dir.rstrip(osp.sep))
             self.folder = osp.join(out_dir, name) if _is_local(out_dir) \
                 else f'{out_dir.rstrip("/")}/{name}'
-        self._resumable = re.compile('|'.join(sorted({
-            re.escape(t).replace(re.escape('{}'), r'\d+') for t in (
-                getattr(hook, 'filename_tmpl', 'epoch_{}.pth'), STOP_TEMPLATE)
-        })))
+        names_ = [re.escape(t).replace(re.escape('{}'), r'\d+') for t in (
+            getattr(hook, 'filename_tmpl', 'epoch_{}.pth'), STOP_TEMPLATE)]
+        self._template = re.compile(names_[0])  # what saving rewrites
+        self._resumable = re.compile('|'.join(sorted(set(names_))))
         self._best = re.compile(f'best_.+_(?:{self._resumable.pattern})')
         args = dict(backend_args=getattr(hook, 'backend_args', None),
                     file_client_args=getattr(hook, 'file_client_args', None))
@@ -238,8 +238,8 @@ class RunCheckpoints:
     def claim(self, resume_from: Optional[str] = None) -> None:
         """Raise :class:`CheckpointConflictError` (rank 0 decides) before a
         training overwrites checkpoints it did not write: any in the folder,
-        unless it resumes one of them; then intact resumable ones of more
-        training progress (a branch from an earlier checkpoint)."""
+        unless it resumes one of them; then intact ones of more training
+        progress named as its saves are (a branch from an earlier one)."""
         problem = [self._conflict(resume_from) if is_main_process() else None]
         broadcast_object_list(problem, src=0)  # no-op on one process
         if problem[0] is not None:
@@ -268,7 +268,7 @@ class RunCheckpoints:
         done = self.progress(resume_from)
         later = [(p, self.progress(p)) for p in files
                  if done and (self.progress(p) or done) > done]
-        if not any(self._resumable.fullmatch(osp.basename(p)) and
+        if not any(self._template.fullmatch(osp.basename(p)) and
                    _reads_back(p) for p, _ in later):
             return None  # a damaged one: --resume-intact goes past it
         base = osp.basename(resume_from)

@@ -179,13 +179,20 @@ def test_resume_inside_an_epoch_on_other_data_stops(train, stopped,
     """Before: a resume inside an epoch (after SIGTERM) on a data set of
     another length but as many iterations per epoch went on silently,
     though docs/cluster.md says --resume stops on other data. Now the stop
-    checkpoint records the data set's length, and --resume names both."""
+    checkpoint records the data set's length, and --resume names both; the
+    way out of docs/cluster.md, --resume WD/epoch_1.pth, goes on there and
+    leaves the stop checkpoint as it is."""
     copy = tmp_path / 'copy'
     shutil.copytree(stopped[0], copy, symlinks=True)
+    other_data = ['train_dataloader.dataset.indices=56']
     with pytest.raises(CheckpointError) as info:
-        train(copy, '--resume',
-              options=['train_dataloader.dataset.indices=56'])
+        train(copy, '--resume', options=other_data)
     assert (f'Checkpoint {copy / "iter_6.pth"} was written inside epoch 2, '
             'after its iteration 2 of 4 (1 process, batch size 16) on 64 '
             'samples; this run has 4 iterations per epoch (1 process, batch '
             'size 16) on 56 samples.') in str(info.value)
+    stop = _snapshot(copy)['iter_6.pth']
+    runner = train(copy, '--resume', str(copy / 'epoch_1.pth'),
+                   options=other_data)
+    assert runner.iter == 8
+    assert _snapshot(copy)['iter_6.pth'] == stop

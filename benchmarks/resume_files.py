@@ -28,9 +28,11 @@ SHORT = ['train_dataloader.dataset.indices=64', 'log_level=WARNING',
 @contextmanager
 def files_run_by_load_or_resume():
     """Record, in the yielded set, the lect_mm files (relative paths) whose
-    code runs between each call of a ``load_or_resume`` method defined in
-    lect_mm and its return, in this thread."""
+    code runs between the first call of a ``load_or_resume`` method defined
+    in lect_mm and its return, in this thread (the profiler is off after
+    that return: the rest of the run goes at full speed)."""
     files, depth = set(), [0]  # depth: load_or_resume frames open
+    previous = sys.getprofile()
 
     def profile(frame, event, arg):
         if event not in ('call', 'return'):
@@ -42,10 +44,11 @@ def files_run_by_load_or_resume():
             depth[0] += opens
         if depth[0] and code.co_filename.startswith(PACKAGE):
             files.add(osp.relpath(code.co_filename, ROOT))
-        if event == 'return':
-            depth[0] -= opens
+        if event == 'return' and opens:
+            depth[0] -= 1
+            if not depth[0]:
+                sys.setprofile(previous)
 
-    previous = sys.getprofile()
     sys.setprofile(profile)
     try:
         yield files

@@ -134,9 +134,9 @@ class RunCheckpoints:
         """The resumable checkpoints of the folder (best ones have no
         optimizer state), newest in training progress first (never by a
         name's number), unreadable ones last."""
-        return sorted(self._files(self._resumable), reverse=True,
-                      key=lambda p: (self.progress(p) is not None,
-                                     self.progress(p) or (0, 0)))
+        found = {p: self.progress(p) for p in self._files(self._resumable)}
+        return sorted(found, reverse=True, key=lambda p: (
+            found[p] is not None, found[p] or (0, 0)))
 
     def read_pointer(self, logger='current') -> Optional[str]:
         """The checkpoint ``last_checkpoint`` names (None without that file;
@@ -266,8 +266,8 @@ class RunCheckpoints:
                     f'of another run ({listing}), which this run {never} '
                     'Pass another --work-dir.')
         done = self.progress(resume_from)
-        later = [(p, self.progress(p)) for p in files
-                 if done and (self.progress(p) or done) > done]
+        later = [(p, q) for p, q in zip(files, map(self.progress, files))
+                 if done and (q or done) > done]
         if not any(self._template.fullmatch(osp.basename(p)) and
                    _reads_back(p) for p, _ in later):
             return None  # a damaged one: --resume-intact goes past it

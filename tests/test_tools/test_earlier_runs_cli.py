@@ -67,40 +67,40 @@ def _snapshot(work_dir):
 
 @pytest.fixture(scope='module')
 def finished(train, tmp_path_factory):
-    """A finished 3-epoch run: epoch_1..3.pth, the best of epoch 3,
-    last_checkpoint naming epoch_3.pth; and the digests of its files."""
+    """A finished 2-epoch run: epoch_1.pth, epoch_2.pth, the best of epoch
+    2, last_checkpoint naming epoch_2.pth; and the digests of its files."""
     work_dir = tmp_path_factory.mktemp('finished')
-    train(work_dir, options=['train_cfg.max_epochs=3'])
-    assert (work_dir / BEST.format(3)).is_file()
+    train(work_dir, options=['train_cfg.max_epochs=2'])
+    assert (work_dir / BEST.format(2)).is_file()
     return work_dir, _snapshot(work_dir)
 
 
 def test_a_branch_from_an_earlier_checkpoint_is_refused_in_the_same_dir(
         train, finished, tmp_path):
-    """Before: ``--resume WD/epoch_1.pth`` with another lr replaced
-    epoch_2, epoch_3 and the best checkpoint by the branch's, saying only
+    """Before: ``--resume WD/epoch_1.pth`` with another lr replaced the
+    later epoch files and the best checkpoint by the branch's, saying only
     "Removed the outdated checkpoint". Now it stops before training, naming
     the later files and the way out; that way out branches in a new work
     dir and leaves WD as it was."""
     work_dir, before = finished
     branch = ['--resume', str(work_dir / 'epoch_1.pth')]
-    lr = ['optim_wrapper.optimizer.lr=0.01', 'train_cfg.max_epochs=3']
+    lr = ['optim_wrapper.optimizer.lr=0.01', 'train_cfg.max_epochs=2']
     with pytest.raises(CheckpointConflictError) as info:
         train(work_dir, *branch, options=lr)
     message = str(info.value)
     assert message.startswith(
         f'--resume {work_dir / "epoch_1.pth"}: work dir {work_dir} holds '
-        f'checkpoints beyond it ({BEST.format(3)} (iteration 12), '
-        'epoch_2.pth (iteration 8), epoch_3.pth (iteration 12)), which a '
-        'run from epoch_1.pth would overwrite or remove: a run never '
-        'destroys checkpoints it did not write. To branch from epoch_1.pth, '
+        f'checkpoints beyond it ({BEST.format(2)} (iteration 8), '
+        'epoch_2.pth (iteration 8)), which a run from epoch_1.pth would '
+        'overwrite or remove: a run never destroys checkpoints it did not '
+        'write. To branch from epoch_1.pth, '
         'pass another --work-dir')
     assert _snapshot(work_dir) == before  # the config copy too
 
     runner = train(tmp_path / 'branch', *branch, options=lr)
-    assert runner.iter == 12
+    assert runner.iter == 8
     assert _snapshot(work_dir) == before
-    assert (tmp_path / 'branch' / 'epoch_3.pth').is_file()
+    assert (tmp_path / 'branch' / 'epoch_2.pth').is_file()
 
 
 @pytest.mark.skipif(sys.platform == 'win32', reason='needs symlinks')
@@ -113,10 +113,10 @@ def test_the_same_command_again_is_refused(train, finished, tmp_path):
     link.symlink_to(work_dir, target_is_directory=True)
     for folder in (work_dir, link):
         with pytest.raises(CheckpointConflictError) as info:
-            train(folder, options=['train_cfg.max_epochs=3'])
+            train(folder, options=['train_cfg.max_epochs=2'])
         assert str(info.value).startswith(
             f'Work dir {folder} holds the checkpoints of an earlier run '
-            f'({BEST.format(3)}, epoch_1.pth, epoch_2.pth, epoch_3.pth), '
+            f'({BEST.format(2)}, epoch_1.pth, epoch_2.pth), '
             'which this run would overwrite or remove: a run never destroys '
             'checkpoints it did not write. To go on with that run, add '
             '--resume; to start a new one, pass another --work-dir')
@@ -140,22 +140,22 @@ def test_resume_follows_the_configs_optimizer(train, finished, tmp_path,
         "    _delete_=True, type='SGD', lr=0.01, momentum=0.9))\n")
     with pytest.raises(ConfigMismatchError) as info:
         train(work_dir, '--resume', config=str(sgd),
-              options=['train_cfg.max_epochs=4'])
+              options=['train_cfg.max_epochs=3'])
     assert str(info.value).startswith(
-        f'Resuming from {work_dir / "epoch_3.pth"}: its optimizer is AdamW, '
+        f'Resuming from {work_dir / "epoch_2.pth"}: its optimizer is AdamW, '
         'the config builds SGD (optim_wrapper.optimizer.type): the state of '
         'one cannot go on in the other. To train with the new optimizer '
         'from these weights, start a new run from them (--cfg-options '
-        f'load_from={work_dir / "epoch_3.pth"}, without --resume, in another '
+        f'load_from={work_dir / "epoch_2.pth"}, without --resume, in another '
         '--work-dir); to resume, keep the optimizer AdamW.')
-    assert not (work_dir / 'epoch_4.pth').exists()
+    assert not (work_dir / 'epoch_3.pth').exists()
 
     # A real --resume, traced: the lect_mm files it runs while it loads.
     with trace.files_run_by_load_or_resume() as files:
         runner = train(work_dir, '--resume', options=[
             'optim_wrapper.optimizer.weight_decay=0.5',
-            'train_cfg.max_epochs=4'])
-    assert runner.epoch == 4
+            'train_cfg.max_epochs=3'])
+    assert runner.epoch == 3
     assert len(files) <= 7, sorted(files)
     assert {g['weight_decay']
             for g in runner.optim_wrapper.optimizer.param_groups} == {0.5}

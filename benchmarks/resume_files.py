@@ -9,7 +9,7 @@ lect_mm files whose code ran are printed (docs/architecture.md, "One
     python benchmarks/resume_files.py                    # the tiny config
     python benchmarks/resume_files.py --config configs/demo/lect_digits.py
 
-``tests/test_engine/test_earlier_runs.py`` measures a resume of its own with
+``tests/test_tools/test_earlier_runs_cli.py`` measures a resume of its own with
 :func:`files_run_by_load_or_resume`.
 """
 import argparse

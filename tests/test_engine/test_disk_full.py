@@ -20,8 +20,8 @@ from mmpretrain.registry import HOOKS
 from test_preemption import _fork
 from tiny_run_utils import TINY_CONFIG, tiny_cfg, wait_for_child
 
-from lect_mm.engine import (DiskFullError, checkpoint_io,
-                            RunCheckpoints, verify_checkpoint_file)
+from lect_mm.engine import (DiskFullError, RunCheckpoints, checkpoint_io,
+                            verify_checkpoint_file)
 from lect_mm.engine.checkpoint_io import atomic_write
 from lect_mm.engine.write_errors import GuardedFileHandler
 

@@ -13,8 +13,7 @@ from mmpretrain.apis import get_model
 from mmpretrain.registry import MODELS
 from tiny_run_utils import TINY_CONFIG, tiny_cfg
 
-from lect_mm.engine import (CheckpointMismatchError, LectRunner,
-                            load_weights)
+from lect_mm.engine import CheckpointMismatchError, LectRunner, load_weights
 
 HEAD_MISMATCH = (r'head\.fc\.weight: \[10, 8\] in the checkpoint, '
                  r'\[100, 8\] in the model')

@@ -84,11 +84,11 @@ def keys_read_by(runner: type) -> Optional[frozenset]:
     and its bases' (mmengine's ``Runner`` reads ``sync_bn``,
     ``model_wrapper_cfg``...); None if that code cannot be read."""
     keys = set(getattr(runner, 'config_keys', ()))
-    for cls in runner.__mro__:
-        if issubclass(cls, Runner):
+    for cls in getattr(runner, '__mro__', (None, )):
+        if cls is None or issubclass(cls, Runner):
             try:
                 source = inspect.getsource(cls)
-            except (OSError, TypeError):
+            except (OSError, TypeError):  # no source, or no class
                 return None
             keys.update(_CFG_READ.findall(source))
     return frozenset(keys) | set(init_arguments(runner))

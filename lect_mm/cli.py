@@ -5,10 +5,13 @@ docs/architecture.md: the config file (:func:`load_config`),
 the work directory, the dataloader defaults, the process exit and the
 building of the runner (:func:`runner_context`)."""
 import argparse
+import collections.abc
+import functools
 import inspect
 import logging
 import os
 import os.path as osp
+import re
 import sys
 import time
 import types
@@ -23,22 +26,17 @@ from mmengine.logging import MMLogger
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
-from lect_mm.engine.checks import explain_empty_epoch
+from lect_mm.config_errors import (explain_config_errors, explain_empty_epoch,
+                                   find_class, suggest, unknown_type)
 from lect_mm.engine.config_tree import (MISSING, ConfigError,
-                                        ConfigMismatchError, as_dict,
-                                        explain_config_errors, find_class,
-                                        join, lookup, suggest, unknown_type,
-                                        walk)
-from lect_mm.engine.dist import LAUNCHERS, distributed_context
+                                        ConfigMismatchError, as_dict, join,
+                                        lookup, walk)
+from lect_mm.launch import LAUNCHERS, distributed_context
 from lect_mm.utils import init_arguments
 
-# Top-level keys read by mmengine's Runner beyond its arguments, by
-# lect_mm's runner and by the tools.
-READ_KEYS = ('runner_type', 'model_wrapper_cfg', 'find_unused_parameters',
-             'compile', 'activation_checkpointing', 'efficient_conv_bn_eval',
-             'sync_bn', 'custom_imports', 'lock_work_dir', 'log_dir_only',
-             'stop_signals', 'resume_intact', 'resume_schedule',
-             'load_from_strict', 'tta_model', 'tta_pipeline')
+# How mmengine's Runner reads a top-level key beyond its arguments.
+_CFG_READ = re.compile(
+    r"(?:self\.|(?<![\w.]))cfg(?:\.get\(\s*|\[\s*)'(\w+)'")
 # mmengine's default hooks, which default_hooks updates by name
 DEFAULT_HOOKS = ('runtime_info', 'timer', 'sampler_seed', 'logger',
                  'param_scheduler', 'checkpoint')
@@ -78,18 +76,40 @@ def load_config(filename: str) -> Config:
     return Config.fromfile(filename)
 
 
-def merge_cfg_options(cfg: Config, options: Optional[dict]) -> None:
+@functools.lru_cache(maxsize=None)
+def keys_read_by(runner: type) -> Optional[frozenset]:
+    """The top-level config keys a runner class reads beyond its
+    arguments, found where they are read: its ``config_keys``
+    (``LectRunner.config_keys``) and the ``cfg.get('key')`` of its code
+    and its bases' (mmengine's ``Runner`` reads ``sync_bn``,
+    ``model_wrapper_cfg``...); None if that code cannot be read."""
+    keys = set(getattr(runner, 'config_keys', ()))
+    for cls in getattr(runner, '__mro__', (None, )):
+        if cls is None or issubclass(cls, Runner):
+            try:
+                source = inspect.getsource(cls)
+            except (OSError, TypeError):  # no source, or no class
+                return None
+            keys.update(_CFG_READ.findall(source))
+    return frozenset(keys) | set(init_arguments(runner))
+
+
+def merge_cfg_options(cfg: Config, options: Optional[dict],
+                      reads: Iterable[str] = ()) -> None:
     """``cfg.merge_from_dict(options)`` (``--cfg-options``), with an error
     naming the option when its top-level key is one nothing reads (a
-    misspelt ``train_cfg``) or when it indexes a list by name (mmengine says
-    only "list indices must be integers or slices, not str")."""
+    misspelt ``train_cfg``: not in the config, nor read by its runner
+    (:func:`keys_read_by`), the tools (``runner_type``) or the calling tool,
+    ``reads``) or when it indexes a list by name (mmengine says only "list
+    indices must be integers or slices, not str")."""
     if not options:
         return
     runner = find_class(cfg.get('runner_type', None) or Runner) or Runner
-    known = set(cfg.keys()) | set(READ_KEYS) | set(init_arguments(runner))
+    read = keys_read_by(runner)
+    known = set(cfg.keys()) | set(read or ()) | {'runner_type', *reads}
     for option, value in options.items():
         key = option.split('.')[0]
-        if key not in known:
+        if read is not None and key not in known:
             raise ConfigError(
                 f'--cfg-options {option}={value}: the config has no key '
                 f'{key!r}, and no part of a run reads it, so it would '
@@ -115,28 +135,66 @@ def merge_cfg_options(cfg: Config, options: Optional[dict]) -> None:
         raise
 
 
+_NUMBERS = (int, float, torch.Tensor, type(None))
+_SEQUENCES = (list, tuple, collections.abc.Sequence)
+
+
+def _entries(hint):
+    """The annotation of the entries of a sequence annotation, or None."""
+    args = typing.get_args(hint)
+    return args[0] if typing.get_origin(hint) in _SEQUENCES and args else None
+
+
+def _takes(hint) -> Optional[str]:
+    """What an annotation takes, in words, if no string is of it (numbers,
+    None, dicts and sequences of them); None if a string may be, or the
+    annotation is not understood."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    words = []
+    for leaf in typing.get_args(hint) if union else (hint, ):
+        if leaf in _NUMBERS:
+            words.append('None' if leaf is type(None) else leaf.__name__)
+        elif leaf is dict or typing.get_origin(leaf) in (
+                dict, collections.abc.Mapping):
+            words.append('dict')
+        elif _entries(leaf) is not None and _takes(_entries(leaf)):
+            words.append(f'a sequence of {_takes(_entries(leaf))}')
+        else:
+            return None
+    if words == ['None']:
+        return None
+    return ' or '.join(sorted(words, key=lambda w: (w.startswith('a '), w)))
+
+
 def _string_argument(cfg: dict) -> Optional[str]:
-    """A string given to an argument annotated as numbers (or ``None``) only
-    (``lr='abc'``: ``--cfg-options`` leaves what is not a number a string)."""
-    numbers = {int, float, torch.Tensor, type(None)}
+    """A string given to an argument annotated as numbers, dicts or
+    sequences of them (``lr='abc'``; ``attn_cfg=[dict(sr_ratio=2)]``:
+    ``--cfg-options`` leaves what is not a number a string, ``dict(...)``
+    too), or as an entry of a sequence of them."""
     for path, node in walk(cfg):
-        strings = [(k, v) for k, v in node.items()
-                   if isinstance(v, str) and k != 'type']
-        cls = find_class(node['type']) if strings and 'type' in node else None
+        given = [(k, v) for k, v in node.items() if k != 'type' and (
+            isinstance(v, str) or isinstance(v, (list, tuple))
+            and any(isinstance(e, str) for e in v))]
+        cls = find_class(node['type']) if given and 'type' in node else None
         try:
             hints = typing.get_type_hints(
                 cls.__init__ if inspect.isclass(cls) else cls) if cls else {}
         except Exception:  # an annotation that does not evaluate
             hints = {}
-        for key, value in strings:
-            hint = hints.get(key)
-            union = typing.get_origin(hint) in (typing.Union, types.UnionType)
-            leaves = set(typing.get_args(hint) if union else (hint, ))
-            if leaves - {type(None)} and leaves <= numbers:
-                expected = sorted('None' if t is type(None) else t.__name__
-                                  for t in leaves)
-                return (f'{join(path, key)}={value!r}: {cls.__name__} takes '
-                        f'{" or ".join(expected)} for {key!r}, not a string.')
+        for key, value in given:
+            takes = _takes(hints.get(key))
+            where = f'{cls.__name__} takes {takes} for {key!r}' if takes \
+                else None
+            if where and isinstance(value, str):
+                return f'{join(path, key)}={value!r}: {where}, not a string.'
+            if where and 'a sequence of' in takes:
+                i, entry = next((i, e) for i, e in enumerate(value)
+                                if isinstance(e, str))
+                return (f'{join(path, key)}[{i}]={entry!r}: {where}, not '
+                        'a list of strings (--cfg-options reads dict(...) '
+                        "as text: set an entry's keys one by one, "
+                        f'{join(path, key)}.{i}.KEY=VALUE, or give the list '
+                        'in a config file).')
     return None
 
 
@@ -228,22 +286,28 @@ def set_dataloader_defaults(cfg: Config,
             loader.setdefault('persistent_workers', True)
 
 
-def exit_launched_process(main) -> None:
-    """Run a tool's ``main()``; a process started by a launcher (with
-    ``LOCAL_RANK`` set) then leaves with ``os._exit`` once its output is
-    flushed, with the status of an integer ``SystemExit`` (75 when
-    preempted), since unwinding gloo's threads and the loaders' workers
-    occasionally aborts a finished rank (docs/pitfalls.md)."""
+def exit_launched_process(main, argv: Optional[List[str]] = None) -> None:
+    """Run a tool's ``main(argv)`` (default: the command line's). A rank of
+    a distributed run (``--launcher`` other than ``none``) then leaves with
+    ``os._exit`` once its output is flushed, with the status of an integer
+    ``SystemExit`` (75 when preempted), since unwinding gloo's threads and
+    the loaders' workers occasionally aborts a finished rank
+    (docs/pitfalls.md). Any other process (``python tools/train.py``,
+    ``runpy``, a sweep driver, a notebook) returns or raises as usual,
+    ``LOCAL_RANK`` set or not."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    probe = argparse.ArgumentParser(add_help=False)
+    probe.add_argument('--launcher', default='none')
+    if probe.parse_known_args(argv)[0].launcher == 'none':
+        main(argv)
+        return
     status = 0
     try:
-        main()
+        main(argv)
     except SystemExit as exit_:
-        if 'LOCAL_RANK' not in os.environ or not isinstance(
-                exit_.code, int):
+        if not isinstance(exit_.code, int):
             raise
         status = exit_.code
-    if 'LOCAL_RANK' not in os.environ:
-        return
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -272,7 +336,7 @@ def runner_context(cfg: Config) -> Iterator[Runner]:
     """Build the runner of ``cfg`` (its ``runner_type``, else mmengine's
     ``Runner``) and hand it to the ``with`` body: ``cfg`` checked first
     (:func:`check_config`), building and body inside
-    :func:`~lect_mm.engine.dist.distributed_context` and
+    :func:`~lect_mm.launch.distributed_context` and
     :func:`explain_config_errors` (an epoch of no iterations named too).
     The runner's own hooks are its runtime's: ``LectRunner`` registers
     lect_mm's checks, mmengine's ``Runner`` keeps mmengine's behaviour."""

@@ -496,8 +496,8 @@ def children_cpu_seconds() -> float:
 def last_checkpoint(work_dir: str) -> str:
     """The checkpoint named in ``work_dir/last_checkpoint`` (a path outside
     ``work_dir`` is not followed: lect_mm's reader of that file)."""
-    from lect_mm.engine.checkpoint_io import read_last_checkpoint
-    checkpoint = read_last_checkpoint(work_dir)
+    from lect_mm.engine import RunCheckpoints
+    checkpoint = RunCheckpoints(work_dir).read_pointer()
     if checkpoint is None:
         raise FileNotFoundError(
             f'{osp.join(work_dir, "last_checkpoint")} is missing or names no '

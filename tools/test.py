@@ -103,7 +103,9 @@ def merge_args(cfg, args):
     set_dataloader_defaults(
         cfg, ('test_dataloader', ), pin_memory=not args.no_pin_memory)
 
-    merge_cfg_options(cfg, args.cfg_options)
+    # merge_tta reads tta_model and tta_pipeline
+    merge_cfg_options(cfg, args.cfg_options,
+                      reads=('tta_model', 'tta_pipeline'))
     return cfg
 
 

@@ -97,7 +97,7 @@ def merge_args(cfg, args):
         pin_memory=not args.no_pin_memory,
         persistent_workers=not args.no_persistent_workers)
 
-    merge_cfg_options(cfg, args.cfg_options)
+    merge_cfg_options(cfg, args.cfg_options, reads=('compile', ))
 
     # compile=True / compile=dict(...): compile the backbone and neck in
     # place instead of mmengine's whole train_step (see CompileModelHook).

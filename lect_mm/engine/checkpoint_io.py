@@ -1,11 +1,8 @@
-"""Checkpoint files written atomically with a SHA-256 digest record and
-mmengine's runtime state as plain data, verified on load, and the latest
-intact checkpoint of a work dir (by training progress, never by a file
-name's number). The digest, ``<archive>/lect_mm_sha256``, covers every other
-record of the torch zip archive; ``torch.load`` reads only the records its
-pickle names, so the file still loads with ``torch.load(weights_only=True)``
-without lect_mm (docs/architecture.md).
-"""
+"""The checkpoint file format: written atomically with a SHA-256 digest
+record over every other record of the torch zip archive (``torch.load``
+reads only those its pickle names: ``torch.load(weights_only=True)`` loads
+it without lect_mm), mmengine's runtime state as plain data, read once and
+loaded from the bytes verified. A run's files: :mod:`.checkpoints`."""
 import hashlib
 import io
 import json
@@ -17,7 +14,7 @@ import re
 import zipfile
 from collections import OrderedDict
 from contextlib import suppress
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -25,14 +22,11 @@ from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import HistoryBuffer, print_log
 from mmengine.runner.checkpoint import _load_checkpoint
 
-from .workdir import is_inside, own_file
 from .write_errors import DiskFullError, is_disk_full
 
 ATOMIC_BACKEND = 'lect_atomic_local'  # AtomicLocalBackend's name
 DIGEST_RECORD = 'lect_mm_sha256'  # the digest's record in the archive
-LAST_CHECKPOINT = 'last_checkpoint'  # mmengine's pointer file in a work dir
 _TMP_NAME = re.compile(r'^\.(?P<name>.+)\.(?P<pid>\d+)\.tmp$')
-_RESUMABLE = re.compile(r'^(?:epoch|iter)_\d+\.pth$')
 
 
 class CheckpointError(RuntimeError):
@@ -184,6 +178,14 @@ def to_plain(obj):
     return _map_container(obj, to_plain)
 
 
+def has_plain(obj) -> bool:
+    """Whether ``obj`` holds anything :func:`to_plain` encoded (mmengine's
+    own loader leaves it so; lect_mm's decodes it)."""
+    if isinstance(obj, dict):
+        return PLAIN_TAG in obj or any(map(has_plain, obj.values()))
+    return isinstance(obj, (list, tuple)) and any(map(has_plain, obj))
+
+
 def from_plain(obj):
     """Undo :func:`to_plain`; anything else is returned unchanged."""
     if not (isinstance(obj, dict) and PLAIN_TAG in obj):
@@ -203,31 +205,24 @@ def from_plain(obj):
 
 
 # ----------------------------------------------------------------- reading
-def verify_checkpoint_file(path: str) -> Optional[str]:
-    """Raise :class:`CheckpointError` naming the local file ``path`` if it
-    is missing, empty, truncated, fails a zip CRC or its digest; return the
+def verify_checkpoint_bytes(data: bytes, path: str) -> Optional[str]:
+    """Raise :class:`CheckpointError` naming ``path`` if ``data`` (its
+    bytes) are empty, truncated, fail a zip CRC or their digest; return the
     verified SHA-256, or None without a digest (converted weights)."""
-    path = os.fspath(path)
-    if not osp.exists(path):
-        raise CheckpointNotFoundError(f'Checkpoint {path} does not exist.')
-    if osp.isdir(path):
-        raise CheckpointError(f'Checkpoint {path} is a directory, not a '
-                              'checkpoint file.')
-    size = osp.getsize(path)
-    if size == 0:
+    if not data:
         raise CheckpointError(
             f'Checkpoint {path} is empty (0 bytes): its writing was '
             'interrupted or the file was truncated.')
-    if not zipfile.is_zipfile(path):
-        with open(path, 'rb') as file:
-            if file.read(4) == b'PK\x03\x04':
-                raise CheckpointError(
-                    f'Checkpoint {path} is truncated or damaged ({size} '
-                    "bytes): it begins as a zip archive (PyTorch's format) "
-                    'but its end, the zip central directory, is missing.')
+    buffer = io.BytesIO(data)
+    if not zipfile.is_zipfile(buffer):
+        if data[:4] == b'PK\x03\x04':
+            raise CheckpointError(
+                f'Checkpoint {path} is truncated or damaged ({len(data)} '
+                "bytes): it begins as a zip archive (PyTorch's format) but "
+                'its end, the zip central directory, is missing.')
         return None  # PyTorch's legacy format or not a checkpoint: torch says
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(buffer) as archive:
             record = _digest_record_name(archive)
             expected = json.loads(archive.read(record))['digest'] \
                 if record in archive.namelist() else None
@@ -235,7 +230,7 @@ def verify_checkpoint_file(path: str) -> Optional[str]:
     except (zipfile.BadZipFile, OSError, EOFError, ValueError,
             KeyError) as error:
         raise CheckpointError(
-            f'Checkpoint {path} is damaged ({size} bytes): '
+            f'Checkpoint {path} is damaged ({len(data)} bytes): '
             f'{type(error).__name__}: {error}.') from error
     if expected is not None and digest != expected:
         raise CheckpointError(
@@ -245,52 +240,43 @@ def verify_checkpoint_file(path: str) -> Optional[str]:
     return None if expected is None else digest
 
 
-def file_identity(path: str) -> tuple:
-    """What changes when a file is replaced or written to."""
-    st = os.stat(path)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _load_local(filename: str, map_location, verified: Optional[dict]):
-    """:func:`verify_checkpoint_file` (unless ``verified``, from
-    :func:`latest_checkpoint`, has the file unchanged), then ``torch.load``
-    (``weights_only``: torch's default; its opt-out for trusted files is
-    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``)."""
-    known = (verified or {}).get(filename)
-    if known and osp.isfile(filename) and file_identity(filename) == known[0]:
-        digest = known[1]
-    else:
-        digest = verify_checkpoint_file(filename)
-    try:
-        checkpoint = torch.load(filename, map_location=map_location)
-    except pickle.UnpicklingError as error:
-        # weights_only refused a class (or a damaged pickle): keep the type.
-        hint = (" mmengine's own CheckpointHook pickles objects that torch "
-                ">= 2.6 refuses (lect_mm's SafeCheckpointHook writes plain "
-                'data); to load such a file that you trust, set '
-                'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1.'
-                ) if 'mmengine' in str(error) else ''
-        raise pickle.UnpicklingError(
-            f'Checkpoint {filename}: {error}{hint}') from error
-    except Exception as error:
+def read_verified(path: str) -> Tuple[bytes, Optional[str]]:
+    """The bytes of the local file ``path``, read once, and their verified
+    digest (:func:`verify_checkpoint_bytes`); a missing file, a folder and
+    a file that changes while it is read (written to in place) raise
+    :class:`CheckpointError` naming it."""
+    path = os.fspath(path)
+    if not osp.exists(path):
+        raise CheckpointNotFoundError(f'Checkpoint {path} does not exist.')
+    if osp.isdir(path):
+        raise CheckpointError(f'Checkpoint {path} is a directory, not a '
+                              'checkpoint file.')
+    with open(path, 'rb') as file:
+        before = os.fstat(file.fileno())
+        data = file.read()
+        after = os.fstat(file.fileno())
+    stamp = ('st_ino', 'st_size', 'st_mtime_ns', 'st_ctime_ns')
+    if len(data) != after.st_size or any(
+            getattr(before, k) != getattr(after, k) for k in stamp):
         raise CheckpointError(
-            f'Checkpoint {filename} could not be loaded: '
-            f'{type(error).__name__}: {error}') from error
-    if digest is None:
-        print_log(
-            f'Checkpoint {filename} carries no lect_mm digest (converted or '
-            'third-party weights, or written by another tool); its content '
-            'is loaded unverified.', logger='current', level=logging.INFO)
-    return checkpoint
+            f'Checkpoint {path} changed while it was read ({len(data)} bytes '
+            f'read, {after.st_size} now): another process writes to it. Read '
+            'it once that write is done, or copy it aside first.')
+    return data, verify_checkpoint_bytes(data, path)
 
 
-def load_checkpoint_verified(filename: str, map_location=None,
-                             verified: Optional[dict] = None) -> dict:
+def verify_checkpoint_file(path: str) -> Optional[str]:
+    """:func:`read_verified`'s digest of the local file ``path``."""
+    return read_verified(path)[1]
+
+
+def read_checkpoint(filename: str, map_location=None,
+                    verified: Optional[tuple] = None) -> dict:
     """The checkpoint dict at any path, plain data decoded: a local file
-    with :func:`_load_local`; an ``http(s)://`` URL into torch's hub cache,
-    with torch.load's default ``weights_only`` too (mmengine's HTTP loader
-    unpickles anything); other prefixes (``s3://``...) with mmengine's
-    loader. Anything but a dict raises :class:`CheckpointError`."""
+    read once, verified and loaded from those bytes (``verified``: its
+    :func:`read_verified`); an ``http(s)://`` URL with torch's
+    ``weights_only`` too (mmengine's unpickles anything); ``s3://``...
+    with mmengine's loader. Anything but a dict raises."""
     filename = osp.expanduser(os.fspath(filename))
     if filename.startswith(('http://', 'https://')):
         checkpoint = torch.hub.load_state_dict_from_url(
@@ -298,117 +284,30 @@ def load_checkpoint_verified(filename: str, map_location=None,
     elif '://' in filename:
         checkpoint = _load_checkpoint(filename, map_location=map_location)
     else:
-        checkpoint = _load_local(filename, map_location, verified)
+        data, digest = verified or read_verified(filename)
+        try:
+            checkpoint = torch.load(io.BytesIO(data),
+                                    map_location=map_location)
+        except pickle.UnpicklingError as error:
+            hint = (" mmengine's own CheckpointHook pickles objects that "
+                    "torch >= 2.6 refuses (lect_mm's SafeCheckpointHook "
+                    'writes plain data); to load such a file that you trust, '
+                    'set TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1.'
+                    ) if 'mmengine' in str(error) else ''
+            raise pickle.UnpicklingError(
+                f'Checkpoint {filename}: {error}{hint}') from error
+        except Exception as error:
+            raise CheckpointError(
+                f'Checkpoint {filename} could not be loaded: '
+                f'{type(error).__name__}: {error}') from error
+        if digest is None:
+            print_log(
+                f'Checkpoint {filename} carries no lect_mm digest (converted '
+                'or third-party weights, or written by another tool); its '
+                'content is loaded unverified.', logger='current',
+                level=logging.INFO)
     if not isinstance(checkpoint, dict):
         raise CheckpointError(
             f'Checkpoint {filename} holds a {type(checkpoint).__name__}, '
             'not a dict of weights.')
     return from_plain(checkpoint)
-
-
-# ------------------------------------------- the latest checkpoint of a run
-def resumable_checkpoints(checkpoint_dir: str) -> List[str]:
-    """The ``epoch_N.pth``/``iter_N.pth`` files of ``checkpoint_dir`` (best
-    checkpoints have no optimizer state), newest in training progress first
-    (a folder may hold several runs' files), unreadable ones last."""
-
-    def progress(path):  # from the file's meta; mmap: tensors are not read
-        try:
-            meta = torch.load(path, map_location='cpu', mmap=True)['meta']
-            return True, int(meta['iter']), int(meta['epoch'])
-        except Exception:
-            return False, 0, 0
-
-    if not osp.isdir(checkpoint_dir):
-        return []
-    paths = [osp.join(checkpoint_dir, name)
-             for name in sorted(os.listdir(checkpoint_dir))
-             if _RESUMABLE.match(name)]
-    return sorted(paths, key=progress, reverse=True)
-
-
-def read_last_checkpoint(work_dir: str,
-                         checkpoint_dir: Optional[str] = None,
-                         logger='current') -> Optional[str]:
-    """The checkpoint that ``work_dir/last_checkpoint`` names (None without
-    that file; :class:`CheckpointError` if it is empty). A path outside
-    ``work_dir`` and ``checkpoint_dir`` (a copied work dir) is not
-    followed: the file of that name in ``checkpoint_dir`` is taken if there
-    is one, else None, with a warning."""
-    checkpoint_dir = checkpoint_dir or work_dir
-    pointer = osp.join(work_dir, LAST_CHECKPOINT)
-    if not osp.isfile(pointer):
-        return None
-    with open(pointer) as file:
-        recorded = file.read().strip()
-    if not recorded:
-        raise CheckpointError(f'The file {pointer} is empty.')
-    if is_inside(recorded, work_dir) or is_inside(recorded, checkpoint_dir):
-        return recorded
-    path = own_file(recorded, checkpoint_dir)
-    folder = '' if checkpoint_dir == work_dir else \
-        f', and its checkpoint folder, {checkpoint_dir}'
-    taken = f'taking {path}, the file of that name in this work dir' if \
-        path else (f'this work dir has no {osp.basename(recorded)} (to '
-                   f'resume from it, pass --resume {recorded})')
-    print_log(f'{pointer} names {recorded}, outside this work dir, '
-              f'{work_dir}{folder} (a copied or moved work dir?): not '
-              f'followed; {taken}.', logger=logger, level=logging.WARNING)
-    return path
-
-
-def latest_checkpoint(work_dir: str,
-                      take_intact: bool = False,
-                      logger='current',
-                      checkpoint_dir: Optional[str] = None,
-                      verified: Optional[dict] = None) -> Optional[str]:
-    """The checkpoint ``--resume`` takes: the one ``last_checkpoint`` names
-    (else the newest of :func:`resumable_checkpoints`; None if there is
-    none). If it is missing or damaged, the newest intact one is named in
-    a :class:`CheckpointError`, or taken with ``take_intact``
-    (``--resume-intact``). ``verified`` gets ``{path: (file_identity,
-    digest)}`` of the returned file, for :func:`load_checkpoint_verified`."""
-
-    def intact(path):
-        digest = verify_checkpoint_file(path)
-        if verified is not None:
-            verified[path] = (file_identity(path), digest)
-        return path
-
-    checkpoint_dir = checkpoint_dir or work_dir
-    candidates = []
-    try:
-        latest = read_last_checkpoint(work_dir, checkpoint_dir, logger)
-    except CheckpointError as error:
-        latest, problem = None, str(error)
-    else:
-        if latest is not None and '://' in latest:
-            return latest  # a remote out_dir: its loader checks the file
-        if latest is None:
-            candidates = resumable_checkpoints(checkpoint_dir)
-            if not candidates:
-                return None
-            latest = candidates[0]
-        try:
-            return intact(latest)
-        except CheckpointError as error:
-            problem = f'The latest checkpoint is unusable: {error}'
-    newest = None
-    for path in candidates or resumable_checkpoints(checkpoint_dir):
-        if latest is None or osp.abspath(path) != osp.abspath(latest):
-            with suppress(CheckpointError):
-                newest = intact(path)
-                break
-    if newest is None:
-        raise CheckpointError(
-            f'Cannot resume in {work_dir}. {problem} No other intact '
-            'checkpoint (epoch_*.pth, iter_*.pth) is there.')
-    if not take_intact:
-        raise CheckpointError(
-            f'Cannot resume in {work_dir}. {problem} The newest intact '
-            f'checkpoint is {newest}: resume from it with --resume-intact '
-            f'(config: resume_intact = True) or --resume {newest}.')
-    print_log(
-        f'{problem} Resuming from the newest intact checkpoint, {newest} '
-        '(--resume-intact).', logger=logger, level=logging.WARNING)
-    return newest

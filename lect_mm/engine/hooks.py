@@ -11,8 +11,8 @@ from mmengine.dist import all_reduce
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
 
-from .checkpoint_hook import last_checkpoint_note
-from .checkpoint_io import from_plain
+from .checkpoint_io import from_plain, has_plain
+from .checkpoints import checkpoints_of
 from .loading import unwrap_model
 
 
@@ -64,9 +64,9 @@ class RNGStateHook(Hook):
             checkpoint['rng_state'] = get_rng_state()
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        if 'rng_state' in checkpoint:  # plain from mmengine's own loader
-            self._state = from_plain(checkpoint['rng_state']) if not getattr(
-                runner, 'loads_plain_data', False) else checkpoint['rng_state']
+        if 'rng_state' in checkpoint:
+            state = checkpoint['rng_state']  # plain from mmengine's loader
+            self._state = from_plain(state) if has_plain(state) else state
             self._state_epoch = checkpoint.get('meta', {}).get('epoch')
 
     def before_train_epoch(self, runner) -> None:
@@ -133,7 +133,7 @@ class NonFiniteLossHook(Hook):
         return DivergenceError(
             f'Training diverged: {what} at {where}, learning rate '
             f'{"; ".join(lrs)}. The run was stopped before saving this '
-            f'model; {last_checkpoint_note(runner)}. Lower the learning rate '
+            f'model; {checkpoints_of(runner).note()}. Lower the learning rate '
             '(optim_wrapper.optimizer.lr) or clip the gradients '
             '(optim_wrapper.clip_grad); default_hooks.non_finite_loss.'
             'patience sets how many non-finite losses in a row stop the run.')

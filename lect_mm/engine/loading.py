@@ -14,15 +14,15 @@ from mmengine.model.weight_init import PretrainedInit, update_init_info
 from mmengine.runner.checkpoint import _IncompatibleKeys
 
 from lect_mm.registry import SCOPE, WEIGHT_INITIALIZERS
-from .checkpoint_io import CheckpointError, load_checkpoint_verified
+from .checkpoint_io import CheckpointError, read_checkpoint
 
 RUNNER_OPT_OUT = (
     'To load only the weights that fit (e.g. to fine-tune with a new head), '
     'add `--cfg-options load_from_strict=False` (in a config: '
     '`load_from_strict = False`).')
-LOAD_CHECKPOINT_OPT_OUT = (
+LOAD_WEIGHTS_OPT_OUT = (
     'To load only the weights that fit, pass strict=False: '
-    '`lect_mm.engine.load_checkpoint(model, path, strict=False)`.')
+    '`lect_mm.engine.load_weights(model, path, strict=False)`.')
 PRETRAINED_OPT_OUT = (
     "To load only the weights that fit, add `strict=False` to this "
     "init_cfg, or select the part that fits with `prefix='backbone.'`.")
@@ -121,19 +121,19 @@ def state_dict_of(checkpoint, revise_keys=((r'^module\.', ''), )):
     return state_dict
 
 
-def load_checkpoint(model,
-                    filename,
-                    map_location=None,
-                    strict=True,
-                    logger=None,
-                    revise_keys=[(r'^module\.', '')]):
-    """``mmengine.runner.load_checkpoint`` (same arguments and return
-    value), strict by default, reading the file with
-    :func:`~lect_mm.engine.checkpoint_io.load_checkpoint_verified`."""
-    checkpoint = load_checkpoint_verified(filename, map_location)
+def load_weights(model,
+                 filename,
+                 map_location=None,
+                 strict=True,
+                 logger=None,
+                 revise_keys=[(r'^module\.', '')]):
+    """The weights of a checkpoint file into ``model``: the arguments and
+    return value of ``mmengine.runner.load_checkpoint``, strict by default,
+    the file read with :func:`~.checkpoint_io.read_checkpoint`."""
+    checkpoint = read_checkpoint(filename, map_location)
     load_state_dict_checked(
         model, state_dict_of(checkpoint, revise_keys),
-        f'Checkpoint {filename}', strict, LOAD_CHECKPOINT_OPT_OUT,
+        f'Checkpoint {filename}', strict, LOAD_WEIGHTS_OPT_OUT,
         logger or 'current')
     return checkpoint
 
@@ -150,7 +150,7 @@ class StrictPretrainedInit(PretrainedInit):
 
     def __call__(self, module):
         state_dict = state_dict_of(
-            load_checkpoint_verified(self.checkpoint, self.map_location))
+            read_checkpoint(self.checkpoint, self.map_location))
         prefix = self.prefix.rstrip('.') + '.' if self.prefix else ''
         print_log(f'load {prefix or "model"} from: {self.checkpoint}',
                   logger='current')

@@ -15,8 +15,8 @@ from mmengine.runner import EpochBasedTrainLoop
 from mmpretrain.registry import HOOKS, LOOPS
 from torch.utils.data import BatchSampler, DataLoader
 
-from .checkpoint_hook import SafeCheckpointHook
 from .checkpoint_io import CheckpointError
+from .checkpoints import SafeCheckpointHook
 from .loading import unwrap_model
 
 #: Exit status of a training stopped by a signal after writing its
@@ -138,20 +138,17 @@ def _processes(n: int) -> str:
 
 @HOOKS.register_module()
 class PreemptionHook(Hook):
-    """Stop a training cleanly on a signal (``stop_signals``: what
-    :class:`StopSignals` accepts) and resume it inside the epoch. While
-    ``train()`` runs, the signals are recorded and loader workers ignore
-    them; after each iteration and before an epoch that follows another,
-    the ranks agree whether one got a signal; if so ``SafeCheckpointHook``
-    saves ``iter_{N}.pth`` (with each rank's buffers: DDP averages BatchNorm
-    statistics only at an epoch's end) and :class:`TrainingPreempted` is
-    raised. A run that cannot stop so says why in its log."""
+    """Stop a training cleanly on a signal (``stop_signals``) and resume it
+    inside the epoch. While ``train()`` runs, the signals are recorded (not
+    in loader workers); after each iteration the ranks agree whether one
+    got one; if so ``SafeCheckpointHook`` saves ``iter_{N}.pth`` (with each
+    rank's buffers: DDP averages BatchNorm statistics at an epoch's end)
+    and :class:`TrainingPreempted` is raised."""
 
     priority = 'LOWEST'  # an iteration's other hooks (its checkpoint) first
 
     def __init__(self, stop_signals=DEFAULT_STOP_SIGNALS) -> None:
         self.stop = StopSignals(stop_signals)
-        self._resumed = None  # (file, meta, rank_buffers) inside an epoch
 
     def before_train(self, runner) -> None:
         self._resume_inside_epoch(runner)
@@ -205,7 +202,8 @@ class PreemptionHook(Hook):
         loader = runner.train_dataloader
         meta = dict(epoch=runner.epoch, iter=done, inner_iter=inner_iter,
                     epoch_length=len(loader), batch_size=loader.batch_size,
-                    world_size=runner.world_size, stop_signal=signal_name)
+                    world_size=runner.world_size, stop_signal=signal_name,
+                    dataset_length=len(loader.dataset))
         extra = None
         if runner.world_size > 1:
             buffers = unwrap_model(runner.model).named_buffers()
@@ -229,37 +227,30 @@ class PreemptionHook(Hook):
         self.stop.restore()
         raise TrainingPreempted(message, str(path), signal_name, done)
 
-    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        meta = checkpoint.get('meta') or {}
-        self._resumed = None
-        if meta.get('inner_iter'):
-            filename = getattr(runner, 'checkpoint_file', 'the checkpoint')
-            self._resumed = (filename, meta, checkpoint.get('rank_buffers'))
-
     def _resume_inside_epoch(self, runner) -> None:
         """After ``--resume`` (not ``load_from``) from a checkpoint written
         inside an epoch, go on there, given the same data and processes."""
-        resumed, self._resumed = self._resumed, None
-        if resumed is None:
-            return
-        filename, meta, rank_buffers = resumed
-        if (runner.epoch, runner.iter) != (meta['epoch'], meta['iter']):
+        loaded = getattr(getattr(runner, 'checkpoints', None), 'loaded', None)
+        meta = (loaded.entries.get('meta') or {}) if loaded else {}
+        if not (loaded and loaded.resumed and meta.get('inner_iter')) or (
+                runner.epoch, runner.iter) != (meta['epoch'], meta['iter']):
             return
         loader = runner.train_dataloader
         inner_iter = int(meta['inner_iter'])
-        here = (len(loader), loader.batch_size, runner.world_size)
+        here = (len(loader), loader.batch_size, runner.world_size,
+                len(loader.dataset))
         there = (meta.get('epoch_length'), meta.get('batch_size'),
-                 meta.get('world_size'))
-        where = (f'Checkpoint {filename} was written inside epoch '
+                 meta.get('world_size'), meta.get('dataset_length', here[3]))
+        where = (f'Checkpoint {loaded.path} was written inside epoch '
                  f'{meta["epoch"] + 1}, after its iteration {inner_iter}')
         if here != there:
             raise CheckpointError(
                 f'{where} of {there[0]} ({_processes(there[2])}, batch size '
-                f'{there[1]}); this run has {here[0]} iterations per epoch '
-                f'({_processes(here[2])}, batch size {here[1]}). Resuming '
-                'inside an epoch needs the same data, batch size and number '
-                'of processes; resume from an epoch_*.pth checkpoint '
-                'instead.')
+                f'{there[1]}) on {there[3]} samples; this run has {here[0]} '
+                f'iterations per epoch ({_processes(here[2])}, batch size '
+                f'{here[1]}) on {here[3]} samples. Resuming inside an epoch '
+                'needs the same data, batch size and number of processes; '
+                'resume from an epoch_*.pth checkpoint instead.')
         if not isinstance(runner.train_loop, LectEpochBasedTrainLoop):
             raise CheckpointError(
                 f'{where}; this run\'s train loop, '
@@ -267,6 +258,7 @@ class PreemptionHook(Hook):
                 'an epoch (LectEpochBasedTrainLoop can: train_cfg = dict('
                 'by_epoch=True, ...)).')
         runner.train_loop.start_at = inner_iter
+        rank_buffers = loaded.entries.get('rank_buffers')
         if len(rank_buffers or ()) == runner.world_size:
             module = unwrap_model(runner.model)
             with torch.no_grad():

@@ -1,28 +1,49 @@
-"""``LectRunner``: mmengine's ``Runner`` that loads checkpoints strictly and
-verified, resumes only from intact files, and owns its work directory."""
+"""``LectRunner``: mmengine's ``Runner`` that owns its work directory and
+its checkpoints (:class:`~.checkpoints.RunCheckpoints`), loads them verified
+and strictly, and reads its config keys in one place
+(:attr:`LectRunner.config_keys`)."""
 import itertools
 import logging
 import os
 import os.path as osp
+import re
 from contextlib import suppress
 from typing import Optional, Tuple
 
-from mmengine.dist import broadcast_object_list, get_dist_info, master_only
+from mmengine.dist import broadcast_object_list, get_dist_info, is_main_process
 from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
-from lect_mm._warnings import silence_known_log_messages
-from .checkpoint_hook import checkpoint_dir_of, last_checkpoint_note
-from .checkpoint_io import (CheckpointNotFoundError, latest_checkpoint,
-                            load_checkpoint_verified)
-from .checks import CheckpointCheckHook, ConfigCheckHook
+from .checkpoint_io import CheckpointNotFoundError
+from .checkpoints import checkpoints_of
+from .checks import CheckpointClassesHook, ConfigCheckHook
+from .config_tree import ConfigError, ConfigMismatchError
 from .loading import (RUNNER_OPT_OUT, load_state_dict_checked,
                       scope_pretrained_init, state_dict_of, unwrap_model)
 from .preemption import (DEFAULT_STOP_SIGNALS, LectEpochBasedTrainLoop,
-                         PreemptionHook)
+                         PreemptionHook, StopSignals)
+from .resume import RESUME_SCHEDULE_CHOICES, follow_config
 from .workdir import WorkDirInUseError, WorkDirLock
 from .write_errors import DiskFullError, GuardedFileHandler, is_disk_full
+
+#: mmengine's deprecation lines that its checkpoint saving logs (through
+#: FileClient), which a user cannot act on: dropped from LectRunner's log.
+_NOISE = re.compile(r'^"FileClient" will be deprecated'
+                    r'|^"HardDiskBackend" is the alias of "LocalBackend"')
+
+
+def _checked(key: str, value, check):
+    """``value`` of the config key ``key``, if ``check`` takes it: ``bool``,
+    a tuple of choices, or a function that raises (naming ``key``)."""
+    if isinstance(check, tuple) and value not in check:
+        raise ConfigMismatchError(
+            f'{key}={value!r}: choose one of {", ".join(map(repr, check))}.')
+    if check is bool and not isinstance(value, bool):
+        raise ConfigError(f'{key}={value!r}: expected True or False.')
+    if callable(check) and check is not bool:
+        check(value)
+    return value
 
 
 def _claim_work_dir(work_dir: str, timestamp: str,
@@ -55,11 +76,17 @@ def _claim_work_dir(work_dir: str, timestamp: str,
 
 
 class _LectRunnerHook(Hook):
-    """Raises a log write's error (which logging swallows) after the
-    iteration or before the epoch it happened in; :meth:`LectRunner.release`
-    after ``train``/``val``/``test``."""
+    """Writes the config copy once the other hooks' checks passed; raises a
+    log write's error (which logging swallows) after the iteration or
+    before the epoch it happened in; :meth:`LectRunner.release` after
+    ``train``/``val``/``test``."""
 
     priority = 'LOWEST'
+
+    def before_train(self, runner) -> None:
+        runner._dump_due_config()
+
+    before_val = before_test = before_train
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,
                          outputs=None) -> None:
@@ -77,20 +104,30 @@ class _LectRunnerHook(Hook):
 @RUNNERS.register_module()
 class LectRunner(Runner):
     """mmengine's ``Runner`` (same arguments) with what is local to its run
-    (docs/architecture.md): verified, strict checkpoint loading, a locked
-    work dir, its own log folder, a log that raises a full disk's error,
-    :meth:`release` when ``train``/``val``/``test`` returns, a
-    ``LectEpochBasedTrainLoop`` for ``train_cfg = dict(by_epoch=True, ...)``
-    and lect_mm's checking and preemption hooks. Its config keys:
-    ``load_from_strict`` (True; False loads what fits, with a warning),
-    ``resume_intact`` (False; ``--resume`` skips a damaged latest
-    checkpoint), ``lock_work_dir`` (True), ``log_dir_only`` (False; the
-    config copy goes into the log folder), ``stop_signals``
-    (``PreemptionHook``), ``resume_schedule`` (``CheckpointCheckHook``)."""
-    loads_plain_data = True  # load_checkpoint decodes: not the hooks again
+    (docs/architecture.md): its checkpoints' owner (:attr:`checkpoints`),
+    strict loading, a locked work dir and log folder of its own, a log that
+    raises a full disk's error, :meth:`release` after each loop, a
+    ``LectEpochBasedTrainLoop`` and lect_mm's checking and stop hooks."""
+
+    #: The top-level config keys it reads besides mmengine's, ``key:
+    #: (default, check)``, read and checked into :attr:`settings` before
+    #: anything is built (``lect_mm.cli`` counts them as read).
+    config_keys = dict(
+        load_from_strict=(True, bool),  # False: load what fits, warn
+        resume_intact=(False, bool),  # --resume past a damaged latest
+        lock_work_dir=(True, bool),
+        log_dir_only=(False, bool),  # the config copy into the log folder
+        stop_signals=(DEFAULT_STOP_SIGNALS, StopSignals),  # PreemptionHook
+        resume_schedule=('config', RESUME_SCHEDULE_CHOICES))  # resume.py
+
+    _training = False  # in train(): load_or_resume claims the folder
+    _config_due = False  # the config copy to write into the work dir
 
     def __init__(self, *args, **kwargs):
-        self._verified = {}  # what --resume found intact: not verified again
+        cfg = kwargs.get('cfg') or {}
+        self.settings = {key: _checked(key, cfg.get(key, default), check)
+                         for key, (default, check) in
+                         self.config_keys.items()}
         try:
             super().__init__(*args, **kwargs)
             loop = self._train_loop
@@ -102,13 +139,15 @@ class LectRunner(Runner):
                 GuardedFileHandler.replacing(handler)
                 if type(handler) is logging.FileHandler else handler
                 for handler in self.logger.handlers]
-            silence_known_log_messages(self.logger)
+            self.logger.addFilter(
+                lambda record: not _NOISE.search(record.getMessage()))
             scope_pretrained_init(self.model)
-            stop_signals = self.cfg.get('stop_signals', DEFAULT_STOP_SIGNALS)
-            for hook in (ConfigCheckHook(), CheckpointCheckHook(),
-                         _LectRunnerHook(), PreemptionHook(stop_signals)):
+            for hook in (ConfigCheckHook(), CheckpointClassesHook(),
+                         PreemptionHook(self.settings['stop_signals']),
+                         _LectRunnerHook()):
                 if not any(isinstance(h, type(hook)) for h in self.hooks):
                     self.register_hook(hook)
+            self.checkpoints = checkpoints_of(self)
         except BaseException:
             self.release_work_dir()
             raise
@@ -117,17 +156,24 @@ class LectRunner(Runner):
         # called once the process group exists, before anything is written
         super().setup_env(env_cfg)
         self._work_dir_lock, self._timestamp = _claim_work_dir(
-            self._work_dir, self._timestamp,
-            self.cfg.get('lock_work_dir', True))
+            self._work_dir, self._timestamp, self.settings['lock_work_dir'])
 
-    @master_only
     def dump_config(self) -> None:
-        """Dump the config to ``work_dir`` (``log_dir_only``: log folder)."""
-        if not self.cfg.get('log_dir_only', False):
-            return super().dump_config()
-        filename = osp.basename(self.cfg.filename) if self.cfg.filename \
-            else f'{self.timestamp}.py'
-        self.cfg.dump(osp.join(self.log_dir, filename))
+        """Dump the config into the log folder at once (``log_dir_only``),
+        else into ``work_dir`` when training, validation or testing starts,
+        its checks passed: a refused run leaves an earlier run's copy as it
+        was, and the copy states what the run uses."""
+        if not self.settings['log_dir_only']:
+            self._config_due = True  # _LectRunnerHook.before_train...
+        elif is_main_process():
+            filename = osp.basename(self.cfg.filename) if \
+                self.cfg.filename else f'{self.timestamp}.py'
+            self.cfg.dump(osp.join(self.log_dir, filename))
+
+    def _dump_due_config(self) -> None:
+        if self._config_due:
+            self._config_due = False
+            super().dump_config()
 
     def release_work_dir(self) -> None:
         """Drop the work-dir lock."""
@@ -150,6 +196,7 @@ class LectRunner(Runner):
         self.release_work_dir()
 
     def train(self):
+        self._training = True  # load_or_resume: a training's checkpoints
         try:
             return super().train()
         except OSError as error:
@@ -159,45 +206,56 @@ class LectRunner(Runner):
                 DiskFullError(error.filename or f'a file in {self.work_dir}',
                               error)
             full.add_note('The run stopped at this first failed write; '
-                          f'{last_checkpoint_note(self)}: free some space, '
+                          f'{self.checkpoints.note()}: free some space, '
                           'then train again with --resume.')
             if full is error:
                 raise
             raise full from error
         finally:
+            self._training = False
             self.release()
 
     def load_or_resume(self) -> None:
-        if self._has_loaded or not self._resume:
-            return super().load_or_resume()  # load_from: load_checkpoint
-        resume_from = self._load_from
-        if resume_from is None:
-            resume_from = latest_checkpoint(
-                self.work_dir, bool(self.cfg.get('resume_intact', False)),
-                self.logger, checkpoint_dir_of(self), self._verified)
+        """mmengine's, with the latest intact checkpoint for ``--resume``;
+        a training claims its folder first (:meth:`RunCheckpoints.claim`)."""
+        if self._has_loaded:
+            return
+        resume_from = self._load_from if self._resume else None
+        if self._resume and resume_from is None:
+            resume_from = self.checkpoints.latest(
+                self.settings['resume_intact'], self.logger)
             if resume_from is None:
                 self.logger.warning(
                     f'--resume: nothing to resume in {self.work_dir} (no '
                     'last_checkpoint, no epoch_*.pth or iter_*.pth); '
                     'training starts from scratch.')
-                return
-            self.logger.info(f'Resuming from {resume_from}.')
-        elif '://' not in str(resume_from) and not osp.exists(
-                osp.expanduser(str(resume_from))):
+            else:
+                self.logger.info(f'Resuming from {resume_from}.')
+        elif resume_from is not None and '://' not in str(resume_from) \
+                and not osp.exists(osp.expanduser(str(resume_from))):
             raise CheckpointNotFoundError(
                 f'--resume {resume_from}: this checkpoint does not exist.')
-        self.resume(resume_from)  # load_checkpoint sets _has_loaded
+        if self._training:
+            self.checkpoints.claim(resume_from)
+        if resume_from is not None:
+            self.resume(resume_from)  # load_checkpoint sets _has_loaded
+        elif self._load_from is not None and not self._resume:
+            self.load_checkpoint(self._load_from)
 
     def load_checkpoint(self, filename: str, map_location='cpu',
                         strict: Optional[bool] = None,
                         revise_keys: list = [(r'^module\.', '')]):
-        """Verified; ``strict=None`` takes the config's load_from_strict."""
+        """Verified, loaded once (:meth:`RunCheckpoints.load`); on
+        ``--resume``, the config's optimizer settings and schedule
+        (:func:`~.resume.follow_config`); ``strict=None``: the config's
+        ``load_from_strict``."""
         if strict is None:
-            strict = bool(self.cfg.get('load_from_strict', True))
-        self.checkpoint_file = filename  # for hooks' messages
-        verified, self._verified = self._verified, {}
-        checkpoint = load_checkpoint_verified(filename, map_location,
-                                              verified)
+            strict = self.settings['load_from_strict']
+        resumed = bool(self._resume) and self._training
+        checkpoint = self.checkpoints.load(filename, map_location, resumed)
+        if resumed:
+            follow_config(self, checkpoint, filename,
+                          self.settings['resume_schedule'])
         self.call_hook('after_load_checkpoint', checkpoint=checkpoint)
         load_state_dict_checked(unwrap_model(self.model),
                                 state_dict_of(checkpoint, revise_keys),

@@ -1,14 +1,12 @@
 """One run per work dir (:class:`WorkDirLock`: an ``fcntl.flock``, dropped by
-the OS when the process dies, ``kill -9`` included), and which recorded paths
-lie in a run's own folders (a copied work dir records the original's paths).
-Imports nothing heavy: a bare process can take the lock (tests do).
+the OS when the process dies, ``kill -9`` included). Imports nothing heavy:
+a bare process can take the lock (tests do).
 """
 import os
 import os.path as osp
 import socket
 import sys
 import time
-from typing import Optional
 
 try:
     import fcntl
@@ -37,27 +35,6 @@ def _drop_inherited_locks() -> None:
 def fork_hook_registered() -> bool:
     """Whether this process has installed the lock's fork hook."""
     return bool(_FORK_HOOK)
-
-
-def is_inside(path: str, directory: str) -> bool:
-    """Whether ``path`` lies in ``directory`` or below; local paths with
-    symbolic links resolved, URLs (``s3://``) as text."""
-    path, directory = os.fspath(path), os.fspath(directory)
-    if '://' in path or '://' in directory:
-        return path.startswith(directory.rstrip('/') + '/')
-    directory = osp.realpath(directory)
-    return osp.commonpath([osp.realpath(path), directory]) == directory
-
-
-def own_file(path: str, directory: str) -> Optional[str]:
-    """``path`` if it lies in ``directory``, else the file of that name in
-    ``directory`` if there is one (a copied or moved work dir), else None."""
-    if is_inside(path, directory):
-        return path
-    if '://' in os.fspath(directory):
-        return None
-    same_name = osp.join(directory, osp.basename(os.fspath(path)))
-    return same_name if osp.isfile(same_name) else None
 
 
 class WorkDirInUseError(RuntimeError):

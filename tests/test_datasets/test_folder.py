@@ -10,10 +10,11 @@ from mmengine.registry import init_default_scope
 from mmpretrain.datasets import CustomDataset
 from mmpretrain.registry import DATASETS
 
+from lect_mm.config_errors import explain_config_errors
 from lect_mm.datasets import (CheckedCustomDataset, ImageFileError,
                               image_file_problem)
 from lect_mm.datasets.folder import image_header_size
-from lect_mm.engine import ConfigError, explain_config_errors
+from lect_mm.engine import ConfigError
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 PIPELINE = [

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tiny_run_utils import tiny_runner
 
-from lect_mm.engine.checkpoint_io import load_checkpoint_verified
+from lect_mm.engine.checkpoint_io import read_checkpoint
 
 
 class Payload:
@@ -36,7 +36,7 @@ def test_mmengine_pickled_checkpoint_is_refused_with_a_way_out(
     safe_globals = torch.serialization.get_safe_globals()
     with pytest.raises(pickle.UnpicklingError,
                        match='HistoryBuffer') as info:
-        load_checkpoint_verified(mmengine_checkpoint)
+        read_checkpoint(mmengine_checkpoint)
     assert mmengine_checkpoint in str(info.value)
     assert 'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1' in str(info.value)
     assert 'SafeCheckpointHook' in str(info.value)
@@ -46,7 +46,7 @@ def test_mmengine_pickled_checkpoint_is_refused_with_a_way_out(
 def test_torch_opt_out_loads_a_trusted_file(mmengine_checkpoint,
                                             monkeypatch):
     monkeypatch.setenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
-    ckpt = load_checkpoint_verified(mmengine_checkpoint)
+    ckpt = read_checkpoint(mmengine_checkpoint)
     assert set(ckpt) >= {'meta', 'state_dict', 'message_hub', 'optimizer'}
 
 
@@ -55,7 +55,7 @@ def test_arbitrary_class_still_refused(tmp_path, monkeypatch):
     path = str(tmp_path / 'evil.pth')
     torch.save({'state_dict': {}, 'payload': Payload()}, path)
     with pytest.raises(pickle.UnpicklingError, match='Payload') as info:
-        load_checkpoint_verified(path)
+        read_checkpoint(path)
     assert 'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD' not in str(info.value)
 
 
@@ -89,10 +89,10 @@ def test_http_checkpoints_load_with_weights_only(tmp_path, monkeypatch):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f'http://127.0.0.1:{server.server_address[1]}'
     try:
-        good = load_checkpoint_verified(f'{url}/good.pth')
+        good = read_checkpoint(f'{url}/good.pth')
         assert torch.equal(good['state_dict']['w'], torch.ones(2))
         with pytest.raises(pickle.UnpicklingError):
-            load_checkpoint_verified(f'{url}/evil.pth')
+            read_checkpoint(f'{url}/evil.pth')
     finally:
         server.shutdown()
     assert not marker.exists()

@@ -13,12 +13,12 @@ from mmengine.logging import HistoryBuffer, MMLogger
 from mmengine.registry import RUNNERS
 from tiny_run_utils import tiny_cfg
 
-from lect_mm.engine import (RNGStateHook, SafeCheckpointHook, checkpoint_hook,
-                            checkpoint_io, hooks)
+from lect_mm.engine import (RNGStateHook, SafeCheckpointHook, checkpoint_io,
+                            checkpoints, hooks)
 from lect_mm.engine.checkpoint_io import (CheckpointError,
                                           CheckpointNotFoundError, add_digest,
                                           atomic_write, from_plain,
-                                          load_checkpoint_verified,
+                                          read_checkpoint,
                                           remove_stale_temporaries, to_plain,
                                           verify_checkpoint_file)
 
@@ -60,7 +60,7 @@ def test_written_checkpoint_loads_without_lect_mm(run_dir):
     assert set(plain) >= {'meta', 'state_dict', 'message_hub', 'optimizer',
                           'param_schedulers', 'rng_state'}
     # lect_mm's loader gives mmengine's objects back.
-    ckpt = load_checkpoint_verified(path, map_location='cpu')
+    ckpt = read_checkpoint(path, map_location='cpu')
     loss = ckpt['message_hub']['log_scalars']['train/loss']
     assert isinstance(loss, HistoryBuffer) and np.isfinite(loss.mean())
     assert isinstance(ckpt['rng_state']['numpy'][1], np.ndarray)
@@ -77,15 +77,15 @@ def test_resume_verifies_its_checkpoint_once(run_dir, tmp_path,
     shutil.copytree(run_dir, work_dir)
     (work_dir / 'last_checkpoint').write_text(str(work_dir / 'epoch_1.pth'))
     hashed = []
-    records_digest = checkpoint_io._records_digest
+    verify = checkpoint_io.verify_checkpoint_bytes
 
-    def counting(archive, skip):
-        hashed.append(os.path.basename(archive.filename or ''))
-        return records_digest(archive, skip)
+    def counting(data, path):
+        hashed.append(os.path.basename(path))
+        return verify(data, path)
 
-    monkeypatch.setattr(checkpoint_io, '_records_digest', counting)
+    monkeypatch.setattr(checkpoint_io, 'verify_checkpoint_bytes', counting)
     decoded_again = []
-    for module in (checkpoint_hook, hooks):
+    for module in (checkpoints, hooks):
         monkeypatch.setattr(module, 'from_plain', decoded_again.append)
     runner = RUNNERS.build(
         tiny_cfg(work_dir, 'io_resume_once', resume=True,
@@ -160,7 +160,7 @@ def test_damaged_checkpoint_is_refused_by_name(run_dir, tmp_path, damage,
     shutil.copy(run_dir / 'epoch_1.pth', path)
     damage(path, largest_tensor_record)
     with pytest.raises(CheckpointError) as info:
-        load_checkpoint_verified(path, map_location='cpu')  # LectRunner's
+        read_checkpoint(path, map_location='cpu')  # LectRunner's
     assert path in str(info.value) and reason in str(info.value)
     # torch alone would have accepted a flipped tensor byte.
     if damage is _flip:
@@ -170,16 +170,16 @@ def test_damaged_checkpoint_is_refused_by_name(run_dir, tmp_path, damage,
 def test_missing_checkpoint_is_named(tmp_path):
     path = str(tmp_path / 'nope.pth')
     with pytest.raises(CheckpointNotFoundError, match='nope.pth') as info:
-        load_checkpoint_verified(path)
+        read_checkpoint(path)
     assert isinstance(info.value, FileNotFoundError)
 
 
 def test_checkpoint_that_is_no_dict_is_named(tmp_path):
-    from lect_mm.engine import load_checkpoint
+    from lect_mm.engine import load_weights
     path = str(tmp_path / 'list.pth')
     torch.save([torch.ones(2)], path)
     with pytest.raises(CheckpointError, match='list.pth holds a list, not a'):
-        load_checkpoint(torch.nn.Linear(2, 2), path)
+        load_weights(torch.nn.Linear(2, 2), path)
 
 
 def test_file_without_digest_still_loads(tmp_path, largest_tensor_record):
@@ -192,7 +192,7 @@ def test_file_without_digest_still_loads(tmp_path, largest_tensor_record):
     handler.emit = records.append
     logger.addHandler(handler)
     try:
-        ckpt = load_checkpoint_verified(path, map_location='cpu')
+        ckpt = read_checkpoint(path, map_location='cpu')
     finally:
         logger.removeHandler(handler)
     assert torch.equal(ckpt['state_dict']['w'], torch.arange(1000.))
@@ -200,7 +200,7 @@ def test_file_without_digest_still_loads(tmp_path, largest_tensor_record):
                for r in records)
     _flip(path, largest_tensor_record)
     with pytest.raises(CheckpointError, match='Bad CRC-32'):
-        load_checkpoint_verified(path)
+        read_checkpoint(path)
 
 
 def test_add_digest_keeps_torch_loading():

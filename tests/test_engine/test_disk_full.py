@@ -20,8 +20,8 @@ from mmpretrain.registry import HOOKS
 from test_preemption import _fork
 from tiny_run_utils import TINY_CONFIG, tiny_cfg, wait_for_child
 
-from lect_mm.engine import (DiskFullError, checkpoint_io,
-                            find_resume_checkpoint, verify_checkpoint_file)
+from lect_mm.engine import (DiskFullError, RunCheckpoints, checkpoint_io,
+                            verify_checkpoint_file)
 from lect_mm.engine.checkpoint_io import atomic_write
 from lect_mm.engine.write_errors import GuardedFileHandler
 
@@ -129,8 +129,8 @@ def test_disk_full_inside_epoch_2_stops_at_the_first_failed_write(
     assert sorted(f for f in os.listdir(work_dir) if f.endswith('.pth')) == [
         'best_accuracy_top1_epoch_1.pth', 'epoch_1.pth']
     assert not [f for f in os.listdir(work_dir) if f.endswith('.tmp')]
-    assert find_resume_checkpoint(str(work_dir)) == str(work_dir /
-                                                        'epoch_1.pth')
+    assert RunCheckpoints(str(work_dir)).latest() == str(work_dir /
+                                                         'epoch_1.pth')
     resumed = train.main([str(TINY_CONFIG), '--work-dir', str(work_dir),
                           '--resume', '--cfg-options',
                           'experiment_name=disk_full_resumed'])

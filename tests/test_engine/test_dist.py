@@ -7,8 +7,8 @@ import torch
 import torch.distributed as torch_dist
 from mmengine.config import Config
 
-from lect_mm.engine.dist import (distributed_context, setup_cpu_distributed,
-                                 teardown_distributed)
+from lect_mm.launch import (distributed_context, setup_cpu_distributed,
+                            teardown_distributed)
 
 cpu_only = pytest.mark.skipif(
     torch.cuda.is_available(), reason='tests the CPU path')

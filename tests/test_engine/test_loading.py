@@ -1,5 +1,5 @@
 """Strict loading is chosen, never imposed: lect_mm's loaders stop on a
-checkpoint that does not fit (``lect_mm.engine.load_checkpoint``,
+checkpoint that does not fit (``lect_mm.engine.load_weights``,
 ``init_cfg=dict(type='Pretrained')`` in the ``lect_mm`` scope, which is
 where ``LectRunner`` initialises a model) and their documented opt-outs
 load what fits, while mmpretrain's ``get_model(..., pretrained=...)`` and
@@ -8,12 +8,12 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
+from mmengine.runner import Runner
 from mmpretrain.apis import get_model
 from mmpretrain.registry import MODELS
-from tiny_run_utils import TINY_CONFIG, tiny_cfg, tiny_runner
+from tiny_run_utils import TINY_CONFIG, tiny_cfg
 
-from lect_mm.engine import (CheckpointMismatchError, LectRunner,
-                            load_checkpoint)
+from lect_mm.engine import CheckpointMismatchError, LectRunner, load_weights
 
 HEAD_MISMATCH = (r'head\.fc\.weight: \[10, 8\] in the checkpoint, '
                  r'\[100, 8\] in the model')
@@ -33,15 +33,15 @@ def _hundred_class_cfg():
     return cfg
 
 
-def test_load_checkpoint_is_strict_and_get_model_is_mmpretrains(
+def test_load_weights_is_strict_and_get_model_is_mmpretrains(
         ten_class_checkpoint):
     model = get_model(_hundred_class_cfg())
     with pytest.raises(CheckpointMismatchError, match=HEAD_MISMATCH) as info:
-        load_checkpoint(model, ten_class_checkpoint)
+        load_weights(model, ten_class_checkpoint)
     assert ten_class_checkpoint in str(info.value)
     assert 'strict=False' in str(info.value)
     # the documented opt-out
-    load_checkpoint(model, ten_class_checkpoint, strict=False)
+    load_weights(model, ten_class_checkpoint, strict=False)
     # mmpretrain's get_model loads what fits, as without lect_mm
     model = get_model(_hundred_class_cfg(), pretrained=ten_class_checkpoint)
     expected = torch.load(ten_class_checkpoint)['state_dict']
@@ -88,4 +88,5 @@ def test_lect_runner_builds_pretrained_strictly(tmp_path):
                        r'checkpoint, \[10, 8\] in the model'):
         runner.train()
     # mmengine's Runner keeps mmengine's Pretrained: a warning, no error
-    tiny_runner(tmp_path / 'plain', 'plain_pretrained', **options).train()
+    Runner.from_cfg(tiny_cfg(tmp_path / 'plain', 'plain_pretrained',
+                             **options)).train()

@@ -30,8 +30,8 @@ from tiny_run_utils import (TINY_CONFIG, final_state, import_what_runs_import,
 
 from lect_mm.cli import exit_launched_process
 from lect_mm.engine import (PREEMPTED_EXIT_CODE, CheckpointError,
-                            TrainingPreempted, checkpoint_io,
-                            find_resume_checkpoint, verify_checkpoint_file)
+                            RunCheckpoints, TrainingPreempted, checkpoint_io,
+                            verify_checkpoint_file)
 from lect_mm.engine.preemption import StopSignals
 
 # The iteration of epoch 2 at which the signal comes is drawn from this
@@ -295,8 +295,8 @@ def test_grace_period_running_out_during_the_write(tmp_path):
     assert not (tmp_path / 'iter_3.pth').exists()
     partial = [f for f in os.listdir(tmp_path) if f.endswith('.tmp')]
     assert len(partial) == 1 and partial[0].startswith('.iter_3.pth.')
-    assert find_resume_checkpoint(str(tmp_path)) == str(tmp_path /
-                                                        'epoch_1.pth')
+    assert RunCheckpoints(str(tmp_path)).latest() == str(tmp_path /
+                                                         'epoch_1.pth')
 
 
 def test_handlers_are_installed_only_while_training(tmp_path):
@@ -412,8 +412,8 @@ def _fork_ranks(train, args, log_prefix):
             os.environ.update(RANK=str(rank), WORLD_SIZE='2',
                               LOCAL_RANK=str(rank), MASTER_ADDR='127.0.0.1',
                               MASTER_PORT=str(port))
-            exit_launched_process(
-                lambda: train.main([*args, '--launcher', 'pytorch']))
+            exit_launched_process(train.main,
+                                  [*args, '--launcher', 'pytorch'])
 
         pids.append(_fork(rank_body, f'{log_prefix}_rank{rank}.log'))
     return pids

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from mmengine.hooks import Hook
-from mmengine.runner import Runner
+from mmengine.registry import RUNNERS
 from mmpretrain.registry import HOOKS
 from tiny_run_utils import (TINY_CONFIG, final_state, import_what_runs_import,
                             logged_losses, tiny_cfg, tiny_runner,
@@ -68,7 +68,7 @@ def _interrupted_then_resumed(work_dir, name, rng_state_hook=True):
             **options)
         if not rng_state_hook:
             cfg.default_hooks.pop('rng_state')
-        return Runner.from_cfg(cfg)
+        return RUNNERS.build(cfg)
 
     with pytest.raises(Interrupted):
         runner(

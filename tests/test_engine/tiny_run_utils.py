@@ -1,4 +1,4 @@
-"""Build a ``Runner`` for the tiny Digits config of the engine tests and
+"""Build the runner of the tiny Digits config of the engine tests and
 read what its runs logged."""
 import json
 import os
@@ -9,7 +9,7 @@ import time
 import lect_mm  # noqa: F401
 import pytest
 from mmengine.config import Config
-from mmengine.runner import Runner
+from mmengine.registry import RUNNERS
 
 TINY_CONFIG = osp.join(osp.dirname(__file__), 'data', 'tiny_digits.py')
 
@@ -26,7 +26,8 @@ def tiny_cfg(work_dir, name, **options):
 
 
 def tiny_runner(work_dir, name, **options):
-    return Runner.from_cfg(tiny_cfg(work_dir, name, **options))
+    """The runner the tiny config names (``LectRunner``)."""
+    return RUNNERS.build(tiny_cfg(work_dir, name, **options))
 
 
 def final_state(runner):

@@ -15,7 +15,7 @@ from mmengine.runner import Runner
 from mmpretrain.registry import MODELS
 from timm.models import load_checkpoint
 
-from lect_mm.engine import load_checkpoint as lect_load
+from lect_mm.engine import load_weights as lect_load
 from lect_mm.timm import checkpoint_filter_fn, model_cfg
 
 # the tiny run of the engine tests

@@ -2,9 +2,12 @@
 damaged, wrong-model and wrong-head checkpoints stop with an error naming
 the file and the problem; --resume says what it resumes (or not)."""
 import importlib.util
+import io
 import os
 import os.path as osp
+import pickle
 import shutil
+import sys
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ from mmpretrain.apis import get_model
 
 from lect_mm.engine import (CheckpointError, CheckpointMismatchError,
                             CheckpointNotFoundError)
+from lect_mm.engine.checkpoint_io import add_digest
 
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 TINY = osp.join(REPO, 'tests', 'test_engine', 'data', 'tiny_digits.py')
@@ -109,6 +113,61 @@ def test_train_refuses_a_damaged_checkpoint(trained, tmp_path, how,
         train_tool.main([TINY, '--work-dir', str(tmp_path / 'run'), *source,
                          '--cfg-options', *FAST, *options])
     assert path in str(info.value)
+
+
+@pytest.mark.skipif(sys.platform != 'linux', reason='reads /proc/self/fd')
+def test_test_tool_scores_the_bytes_it_checked(trained, tmp_path,
+                                               monkeypatch):
+    """Before: the SHA-256 check and torch.load read the file one after the
+    other, so a checkpoint overwritten in place (rsync --inplace, cp over
+    it) with another of the same model was scored as the other file, or a
+    mix (4 of 60 tries), exit 0. Now it is read once, checked and loaded
+    from memory: overwritten after that read, the checked bytes are scored;
+    overwritten while it is read, the test stops naming the file."""
+    path = tmp_path / 'epoch_1.pth'
+    shutil.copy(trained, path)
+    other = torch.load(trained, weights_only=True)  # another head
+    other['state_dict']['head.fc.bias'][0] = 100.0
+    buffer = io.BytesIO()
+    torch.save(other, buffer)
+    other = add_digest(buffer.getvalue())
+
+    def overwrite():
+        with open(path, 'r+b') as file:
+            file.write(other)
+            file.truncate()
+
+    def scores(name):
+        out = tmp_path / f'{name}.pkl'
+        test_tool.main([TINY, str(path), '--work-dir', str(tmp_path / name),
+                        '--out', str(out), '--cfg-options',
+                        'log_level=WARNING',
+                        f'experiment_name=in_place_{name}'])
+        with open(out, 'rb') as file:
+            return torch.stack([p['pred_score'] for p in pickle.load(file)])
+
+    checked = scores('checked')
+    load = torch.load
+    with monkeypatch.context() as patch:  # between the read and the load
+        patch.setattr(torch, 'load', lambda *a, **k: overwrite() or load(
+            *a, **k))
+        assert torch.equal(scores('after_read'), checked)
+
+    shutil.copy(trained, path)
+    fstat, stats = os.fstat, []
+
+    def overwritten_while_read(fd):
+        stat = fstat(fd)
+        if os.readlink(f'/proc/self/fd/{fd}') == str(path) and not stats:
+            stats.append(stat)
+            overwrite()
+        return stat
+
+    monkeypatch.setattr(os, 'fstat', overwritten_while_read)
+    with pytest.raises(CheckpointError) as info:
+        scores('while_read')
+    assert str(info.value).startswith(
+        f'Checkpoint {path} changed while it was read')
 
 
 # --------------------------------------------- wrong model, wrong head

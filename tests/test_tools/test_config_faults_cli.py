@@ -85,6 +85,21 @@ def test_a_string_for_a_number_names_key_and_type(train_tool, tmp_path):
         "'lr', not a string.")
 
 
+def test_a_string_for_a_dict_is_named(train_tool, tmp_path):
+    """Before: ``ValueError: dictionary update sequence element #0 has
+    length 1; 2 is required`` from inside LeCT (--cfg-options gives each
+    ``dict(...)`` of a list as a string)."""
+    demo = osp.join(REPO, 'configs', 'demo', 'lect_digits.py')
+    assert _refused(
+        train_tool, tmp_path, 'model.backbone.attn_cfg=[dict(sr_ratio='
+        "'abc'),dict(sr_ratio=2),dict(sr_ratio=1)]", config=demo) == (
+        "model.backbone.attn_cfg[0]=\"dict(sr_ratio='abc')\": LeCT takes "
+        "dict or a sequence of dict for 'attn_cfg', not a list of strings "
+        "(--cfg-options reads dict(...) as text: set an entry's keys one by "
+        'one, model.backbone.attn_cfg.0.KEY=VALUE, or give the list in a '
+        'config file).')
+
+
 def test_a_cycle_of_base_files_is_named(train_tool, tmp_path):
     """Before: RecursionError after mmengine had recursed for seconds."""
     first, second = (osp.realpath(tmp_path / name)
@@ -97,12 +112,15 @@ def test_a_cycle_of_base_files_is_named(train_tool, tmp_path):
 
 
 def test_every_key_lect_mm_reads_counts_as_read():
-    """A top-level key the engine reads with ``<runner>.cfg.get(key)`` is
-    no misspelling: ``--cfg-options key=...`` must reach it."""
+    """A top-level key that LectRunner or mmengine's Runner reads is no
+    misspelling: found where it is read (LectRunner.config_keys, mmengine's
+    cfg.get), ``--cfg-options key=...`` reaches it. The engine reads the
+    run's config through LectRunner.settings only."""
     import re
 
     import lect_mm.engine
-    from lect_mm.cli import READ_KEYS
+    from lect_mm.cli import keys_read_by
+    from lect_mm.engine import LectRunner
     root = osp.dirname(lect_mm.engine.__file__)
     read = set()
     for name in os.listdir(root):
@@ -110,5 +128,8 @@ def test_every_key_lect_mm_reads_counts_as_read():
             with open(osp.join(root, name)) as f:
                 read |= set(re.findall(
                     r"(?:self|runner)\.cfg\.get\('(\w+)'", f.read()))
-    assert {'resume_schedule', 'stop_signals', 'lock_work_dir'} <= read
-    assert read - {'load_from'} <= set(READ_KEYS)
+    assert read == set()
+    known = keys_read_by(LectRunner)
+    assert {'resume_schedule', 'stop_signals', 'lock_work_dir'} <= known
+    assert set(LectRunner.config_keys) <= known
+    assert {'sync_bn', 'model_wrapper_cfg', 'compile', 'load_from'} <= known

@@ -2,7 +2,9 @@
 import contextlib
 import os
 import os.path as osp
+import runpy
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -87,6 +89,8 @@ def test_train_writes_checkpoints(trained):
     assert 'epoch_1.pth' in files
     assert 'best_accuracy_top1_epoch_1.pth' in files
     assert 'Training took' in log_text(trained)
+    # mmengine's deprecation lines, which LectRunner drops from its log
+    assert 'FileClient' not in log_text(trained)
 
 
 def test_test_tool_on_a_written_checkpoint(test_tool, trained, tmp_path):
@@ -121,6 +125,27 @@ def test_resume_and_load_from_a_written_checkpoint(train_tool, trained,
     ])
     assert runner.epoch == 1
     assert f'Load checkpoint from {ckpt}' in log_text(loaded_dir)
+
+
+def test_a_script_that_runs_the_tool_twice_goes_on(tmp_path, monkeypatch):
+    """Before: tools/train.py exported LOCAL_RANK=0 itself, so its exit
+    took a plain run for a launched rank and left through os._exit: a
+    script that runs the tool in its own process (runpy, a sweep driver, a
+    notebook) was killed when the first run ended, its atexit handlers
+    never ran. Now only a rank of a --launcher run leaves that way."""
+    exits = []
+    monkeypatch.setattr(os, '_exit', exits.append)  # would end pytest
+    for run in ('first', 'second'):
+        monkeypatch.setattr(sys, 'argv', [
+            'tools/train.py', TINY, '--work-dir', str(tmp_path / run),
+            '--no-validate', '--cfg-options', 'train_cfg.max_epochs=1',
+            'train_dataloader.dataset.indices=16', 'log_level=WARNING',
+            f'experiment_name=runpy_{run}'])
+        runpy.run_path(osp.join(REPO, 'tools', 'train.py'),
+                       run_name='__main__')
+        assert os.environ['LOCAL_RANK'] == '0'  # what used to trigger it
+    assert exits == []
+    assert (tmp_path / 'second' / 'epoch_1.pth').is_file()
 
 
 # --------------------------------------------------------------- --amp

@@ -146,13 +146,14 @@ def test_resume_in_a_copied_work_dir_uses_its_own_files(train, stopped,
 
 def test_newest_intact_is_newest_in_training_progress(
         train, stopped, tmp_path, largest_tensor_record):
-    """iter_6.pth of a stopped run, then a new run in that work dir writes
-    epoch_1..3.pth (iteration 12); epoch_3.pth is damaged: the newest intact
-    checkpoint is epoch_2.pth (iteration 8), not iter_6.pth (6 > 2)."""
+    """A run writes epoch_1..3.pth (iteration 12) in a folder that also
+    holds iter_6.pth of a stopped run (copied in: a run no longer writes
+    into a folder with another run's checkpoints); epoch_3.pth is damaged:
+    the newest intact checkpoint is epoch_2.pth (iteration 8), not
+    iter_6.pth (6 > 2)."""
     work_dir = tmp_path / 'run'
-    shutil.copytree(stopped[0], work_dir, symlinks=True)
     train(work_dir, options=['train_cfg.max_epochs=3'])
-    assert (work_dir / 'iter_6.pth').is_file()
+    shutil.copy(stopped[0] / 'iter_6.pth', work_dir)
     damaged = work_dir / 'epoch_3.pth'
     offset, _ = largest_tensor_record(str(damaged))
     with open(damaged, 'r+b') as file:
@@ -171,3 +172,27 @@ def test_newest_intact_is_newest_in_training_progress(
     assert runner.iter == 12
     assert ('Resuming from the newest intact checkpoint, '
             f'{work_dir / "epoch_2.pth"}') in log_text(str(work_dir))
+
+
+def test_resume_inside_an_epoch_on_other_data_stops(train, stopped,
+                                                    tmp_path):
+    """Before: a resume inside an epoch (after SIGTERM) on a data set of
+    another length but as many iterations per epoch went on silently,
+    though docs/cluster.md says --resume stops on other data. Now the stop
+    checkpoint records the data set's length, and --resume names both; the
+    way out of docs/cluster.md, --resume WD/epoch_1.pth, goes on there and
+    leaves the stop checkpoint as it is."""
+    copy = tmp_path / 'copy'
+    shutil.copytree(stopped[0], copy, symlinks=True)
+    other_data = ['train_dataloader.dataset.indices=56']
+    with pytest.raises(CheckpointError) as info:
+        train(copy, '--resume', options=other_data)
+    assert (f'Checkpoint {copy / "iter_6.pth"} was written inside epoch 2, '
+            'after its iteration 2 of 4 (1 process, batch size 16) on 64 '
+            'samples; this run has 4 iterations per epoch (1 process, batch '
+            'size 16) on 56 samples.') in str(info.value)
+    stop = _snapshot(copy)['iter_6.pth']
+    runner = train(copy, '--resume', str(copy / 'epoch_1.pth'),
+                   options=other_data)
+    assert runner.iter == 8
+    assert _snapshot(copy)['iter_6.pth'] == stop

@@ -69,13 +69,13 @@ def load_model(cfg: Config,
     from mmengine.logging import MMLogger
     from mmpretrain.apis import get_model
 
-    from lect_mm.engine import load_checkpoint
+    from lect_mm.engine import load_weights
 
     model = get_model(cfg, device=device)
     if checkpoint is not None:
         try:
-            ckpt = load_checkpoint(model, checkpoint, map_location='cpu',
-                                   strict=True)
+            ckpt = load_weights(model, checkpoint, map_location='cpu',
+                                strict=True)
         except RuntimeError as e:
             raise RuntimeError(
                 f'checkpoint {checkpoint} does not fit the model of config '

@@ -1,6 +1,8 @@
-"""Distributed training on the CPU too, its process group destroyed at the
-end: lect_mm starts gloo itself, since mmengine's ``init_dist`` calls
-``torch.cuda.set_device`` (docs/pitfalls.md); accelerators keep mmengine's."""
+"""The launcher of ``tools/train.py`` and ``tools/test.py`` (tools layer,
+docs/architecture.md): distributed training on the CPU too, its process
+group destroyed at the end. lect_mm starts gloo itself, since mmengine's
+``init_dist`` calls ``torch.cuda.set_device`` (docs/pitfalls.md);
+accelerators keep mmengine's."""
 import inspect
 import os
 import subprocess
@@ -13,7 +15,7 @@ from mmengine.device import get_device
 from mmpretrain.registry import MODEL_WRAPPERS
 from torch.nn.parallel import DistributedDataParallel
 
-from .preemption import TrainingPreempted
+from lect_mm.engine.preemption import TrainingPreempted
 
 LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
 

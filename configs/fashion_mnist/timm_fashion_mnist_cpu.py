@@ -15,6 +15,10 @@ _base_ = [
 
 train_cfg = dict(max_epochs=8)
 
+# TimmClassifier hands its preprocessor to mmengine's BaseModel, which builds
+# it outside mmpretrain's scope: the type names its registry.
+data_preprocessor = dict(type='mmpretrain.ClsDataPreprocessor')
+
 model = dict(
     type='TimmClassifier',
     model_name='resnet18',

@@ -72,6 +72,13 @@ def _model_cfg(cfg):
     return model_cfg
 
 
+def _num_classes_of(model):
+    """The classes of a classifier's head (mmpretrain's TimmClassifier has
+    none: its timm model has them)."""
+    return (model.head.num_classes if hasattr(model, 'head') else
+            model.model.num_classes)
+
+
 def _model_key(cfg):
     """The model a config trains, without what depends on its data."""
     model = copy.deepcopy(cfg.model).to_dict()
@@ -148,7 +155,7 @@ def test_config_is_coherent_and_builds(name):
         assert cfg.default_hooks[hook] is not None
     torch.manual_seed(0)
     model = MODELS.build(_model_cfg(cfg))
-    num_classes = model.head.num_classes
+    num_classes = _num_classes_of(model)
     pre = cfg.get('data_preprocessor') or {}
     assert pre.get('num_classes', num_classes) == num_classes
 
@@ -191,7 +198,7 @@ def _trains_one_iteration_and_validates(cfg, model):
     """One training iteration (a fresh optimizer wrapper of the config)
     and one validation batch of ``model``, as just built, at the config's
     input size."""
-    num_classes = model.head.num_classes
+    num_classes = _num_classes_of(model)
     size = _input_size(cfg)
     optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
 

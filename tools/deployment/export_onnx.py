@@ -60,14 +60,14 @@ def load_classifier(config: str, checkpoint=None, cfg_options=None):
     from mmengine.logging import MMLogger
     from mmpretrain.apis import get_model
 
-    from lect_mm.engine import load_checkpoint
+    from lect_mm.engine import load_weights
 
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     model = get_model(cfg)
     if checkpoint:
-        load_checkpoint(model, checkpoint, map_location='cpu', strict=True)
+        load_weights(model, checkpoint, map_location='cpu', strict=True)
     else:  # init_weights() logs one line per parameter
         logger = MMLogger.get_current_instance()
         level = logger.level

@@ -23,18 +23,12 @@ from timm.models import (build_model_with_cfg, generate_default_cfgs,
                          load_state_dict, register_model)
 
 from lect_mm.model_index import mim_root
-from .model import _TAKES_IMG_SIZE, ZooTimmModel
+from .model import ZooTimmModel, backbone_class
 from .weights import checkpoint_filter_fn
 
 #: RGB mean and std of CIFAR-10 (configs/_base_/datasets/cifar10.py / 255).
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2023, 0.1994, 0.2010)
-
-_LECT = 'backbone.stages.0.patch_embed.proj'
-_CEIT = 'backbone.i2t.conv'
-_VITAE = tuple(f'backbone.stages.0.rc.prm.convs.{i}.0'
-               for i in range(4)) + ('backbone.stages.0.rc.pcm.0', )
-_CCT = 'backbone.tokenizer.conv_layers.0.0'
 
 
 @dataclass(frozen=True)
@@ -44,7 +38,6 @@ class ZooEntry:
     Attributes:
         config (str): Base name of the config under
             ``configs/_base_/models/``.
-        first_conv (str | tuple): The convolutions that read the image.
         input_size (int): Side of the input the config trains on.
         fixed_input_size (bool): Whether other sizes are refused.
         feature_stages (int): How many of the last stages ``features_only``
@@ -56,7 +49,6 @@ class ZooEntry:
             (timm's ``min_input_size``; None: any).
     """
     config: str
-    first_conv: Tuple[str, ...]
     input_size: int = 224
     fixed_input_size: bool = False
     feature_stages: int = 3
@@ -66,30 +58,29 @@ class ZooEntry:
 
 
 ZOO = {
-    'lect_v1': ZooEntry('lect_v1', _LECT, pool_size=14),
-    'lect_v2': ZooEntry('lect_v2', _LECT, pool_size=14),
-    'lect_v3': ZooEntry('lect_v3', _LECT, pool_size=14),
-    'lect_v1_ablation': ZooEntry('lect_v1_ablation', _LECT, pool_size=14),
-    'ceit_gap': ZooEntry('ceit_gap', _CEIT, pool_size=14),
-    'ceit_ref': ZooEntry('ceit_ref', _CEIT),
-    'ceit_t': ZooEntry('ceit_t', _CEIT),
-    'vitae_t': ZooEntry('vitae_t', _VITAE, pool_size=14),
-    'vitae_xs': ZooEntry('vitae_xs', _VITAE, pool_size=14),
-    'cct_7_3x1': ZooEntry('cct_7_3x1', _CCT, 32, True, pool_size=16),
+    'lect_v1': ZooEntry('lect_v1', pool_size=14),
+    'lect_v2': ZooEntry('lect_v2', pool_size=14),
+    'lect_v3': ZooEntry('lect_v3', pool_size=14),
+    'lect_v1_ablation': ZooEntry('lect_v1_ablation', pool_size=14),
+    'ceit_gap': ZooEntry('ceit_gap', pool_size=14),
+    'ceit_ref': ZooEntry('ceit_ref'),
+    'ceit_t': ZooEntry('ceit_t'),
+    'vitae_t': ZooEntry('vitae_t', pool_size=14),
+    'vitae_xs': ZooEntry('vitae_xs', pool_size=14),
+    'cct_7_3x1': ZooEntry('cct_7_3x1', 32, True, pool_size=16),
     'cct_2_3x2': ZooEntry(
-        'cct_2_3x2', _CCT, 32, True, feature_stages=2, pool_size=8),
+        'cct_2_3x2', 32, True, feature_stages=2, pool_size=8),
     # its window attention needs sides of 224, 448, ... (217 at least)
     'alternet18': ZooEntry(
-        'alternet18', 'backbone.stem.0', feature_stages=4, pool_size=7,
-        min_input_size=224),
+        'alternet18', feature_stages=4, pool_size=7, min_input_size=224),
     'flexible_levit_64s': ZooEntry(
-        'levit_64s', 'backbone.patch_embed.patch_embed.0.conv',
-        fixed_input_size=True, classifier='head.head.linear', pool_size=4),
+        'levit_64s', fixed_input_size=True, classifier='head.head.linear',
+        pool_size=4),
     'flexible_levit_128s': ZooEntry(
-        'levit_128s', 'backbone.patch_embed.patch_embed.0.conv',
-        fixed_input_size=True, classifier='head.head.linear', pool_size=4),
+        'levit_128s', fixed_input_size=True, classifier='head.head.linear',
+        pool_size=4),
     'narrow_resnet_report': ZooEntry(
-        'resnet_report', 'backbone.conv1', feature_stages=4, pool_size=7),
+        'resnet_report', feature_stages=4, pool_size=7),
 }
 
 
@@ -115,11 +106,22 @@ def model_cfg(name: str) -> dict:
 def takes_img_size(name: str) -> bool:
     """Whether zoo model ``name`` takes ``img_size`` (the size its
     backbone is built for: LeCT, CeiT, CCT, LeViT)."""
-    return _model_cfg(name)['backbone']['type'] in _TAKES_IMG_SIZE
+    return backbone_class(_model_cfg(name)['backbone']).takes_img_size
 
 
-def _pretrained_cfg(entry: ZooEntry) -> dict:
+def first_conv(name: str) -> Tuple[str, ...]:
+    """The convolutions of zoo model ``name`` that read the image, as
+    paths in the model (the backbone's
+    :meth:`~lect_mm.models.backbones.ZooBackbone.first_conv`)."""
+    backbone = _model_cfg(name)['backbone']
+    convs = backbone_class(backbone).first_conv(backbone.get('arch'))
+    convs = (convs, ) if isinstance(convs, str) else convs
+    return tuple(f'backbone.{c}' for c in convs)
+
+
+def _pretrained_cfg(name: str, entry: ZooEntry) -> dict:
     side = entry.input_size
+    convs = first_conv(name)
     return dict(
         url='',
         num_classes=10,
@@ -133,14 +135,14 @@ def _pretrained_cfg(entry: ZooEntry) -> dict:
         (3, entry.min_input_size, entry.min_input_size),
         mean=CIFAR10_MEAN,
         std=CIFAR10_STD,
-        first_conv=entry.first_conv,
+        first_conv=convs[0] if len(convs) == 1 else convs,
         classifier=entry.classifier,
         license='apache-2.0',
     )
 
 
 default_cfgs = generate_default_cfgs(
-    {name: _pretrained_cfg(entry)
+    {name: _pretrained_cfg(name, entry)
      for name, entry in ZOO.items()})
 
 
@@ -154,12 +156,10 @@ def _describe_file(name: str, overlay: dict) -> dict:
         return overlay
     entry = ZOO[name]
     state_dict = checkpoint_filter_fn(load_state_dict(overlay['file']))
-    first_conv = entry.first_conv if isinstance(entry.first_conv,
-                                                str) else entry.first_conv[0]
     head = state_dict.get(entry.classifier + '.weight')
     if head is not None:
         overlay.setdefault('num_classes', head.shape[0])
-    stem = state_dict.get(first_conv + '.weight')
+    stem = state_dict.get(first_conv(name)[0] + '.weight')
     if stem is not None:
         side = entry.input_size
         overlay.setdefault('input_size', (stem.shape[1], side, side))

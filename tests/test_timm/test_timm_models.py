@@ -2,6 +2,7 @@
 config's model (parameters, names, init, logits), timm's model API and the
 features API, checked against the mmpretrain model of the same config."""
 import io
+import re
 
 import pytest
 import timm
@@ -137,7 +138,7 @@ def test_head_api():
         model.reset_classifier(0, '')
         assert model(x).shape == (2, 192, 4, 4)
     with pytest.raises(ValueError, match='global_pool'):
-        model.reset_classifier(3, 'max')
+        model.reset_classifier(3, 'seq')
     ceit = timm.create_model('ceit_ref', device='meta')
     assert ceit.forward_features(torch.empty(1, 3, 64, 64,
                                              device='meta')).shape == (1, 112)
@@ -194,6 +195,90 @@ def test_features_only_and_vitae_intermediates():
         assert channels == ([64, 128, 192] if not kwargs else [64, 192])
         assert features.feature_info.reduction() == (
             [4, 8, 16] if not kwargs else [4, 16])
+
+
+@pytest.mark.parametrize('pool', ['max', 'avgmax', 'catavgmax'])
+def test_timm_pool_types_on_maps(pool):
+    """global_pool takes timm's types where the backbone returns a map
+    (SelectAdaptivePool2d before the classifier; catavgmax doubles its
+    input); a backbone that pools itself keeps its own pooling."""
+    torch.manual_seed(0)
+    model = timm.create_model('flexible_levit_64s', global_pool=pool).eval()
+    assert model.head.global_pool == pool
+    width = 192 * (2 if pool == 'catavgmax' else 1)
+    assert model.head_hidden_size == width
+    assert model.get_classifier().linear.in_features == width
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        feats = model.forward_features(x)
+        pooled = {'max': feats.amax((2, 3)),
+                  'avgmax': (feats.mean((2, 3)) + feats.amax((2, 3))) / 2,
+                  'catavgmax': torch.cat([feats.mean((2, 3)),
+                                          feats.amax((2, 3))], 1)}[pool]
+        torch.testing.assert_close(
+            model.forward_head(feats, pre_logits=True), pooled)
+        torch.testing.assert_close(model(x),
+                                   model.get_classifier()(pooled))
+    with pytest.raises(ValueError, match=r"global_pool must be one of "
+                       r"\['seq', ''\] for this model, got 'max'"):
+        timm.create_model('cct_2_3x2', global_pool='max', device='meta')
+
+
+def test_an_image_without_batch_or_of_another_size_is_named():
+    """One (C, H, W) image, as torch's convolutions would take it, and a
+    LeViT at a size it is not built for: errors that name the argument."""
+    model = timm.create_model('lect_v1', device='meta')
+    with pytest.raises(ValueError, match=re.escape(
+            'LeCT expected a 4-D (B, C, H, W) input, got a 3-D input of '
+            'shape (3, 64, 64) (one image without its batch dimension')):
+        model(torch.empty(3, 64, 64, device='meta'))
+    levit = timm.create_model('flexible_levit_64s', device='meta')
+    with pytest.raises(ValueError, match=re.escape(
+            'FlexibleLeViT is built for img_size=224 (a 14x14 grid after '
+            'its stride-16 patch embedding) but got a (4, 4) grid from a '
+            '(64, 64) input')):
+        levit(torch.empty(1, 3, 64, 64, device='meta'))
+    levit = timm.create_model('flexible_levit_64s', img_size=64,
+                              device='meta').eval()
+    assert levit(torch.empty(1, 3, 64, 64, device='meta')).shape == (1, 10)
+
+
+# one per backbone with tensors of its own (LeMSAv2's head order, CeiT's
+# layer position embedding, CCT's sinusoid, LeViT's bias indices, ViTAE's
+# random features)
+@pytest.mark.parametrize('name,kwargs', [
+    ('lect_v2', {}), ('ceit_ref', {}),
+    ('cct_2_3x2', dict(positional_embedding='sine')),
+    ('flexible_levit_64s', {}), ('vitae_xs', {})])
+def test_meta_build_materialised_is_initialised_as_a_build(name, kwargs):
+    """create_model(device='meta'), to_empty(), init_weights(): every
+    parameter and buffer has the values of a normal build (constants and
+    indices exactly; random tensors the same spread), and the forward is
+    finite."""
+    torch.manual_seed(0)
+    ref = timm.create_model(name, **kwargs).eval()
+    model = timm.create_model(name, device='meta', **kwargs)
+    model.to_empty(device='cpu')
+    with torch.no_grad():  # what to_empty leaves may be anything
+        for t in (*model.parameters(), *model.buffers()):
+            t.fill_(float('nan') if t.is_floating_point() else -1)
+    model.init_weights()
+    ours = model.eval().state_dict(keep_vars=True)
+    ours.update(dict(model.named_buffers()))  # non-persistent ones too
+    theirs = dict(ref.state_dict(keep_vars=True), **dict(
+        ref.named_buffers()))
+    assert ours.keys() == theirs.keys()
+    for k, v in theirs.items():
+        w = ours[k].detach()
+        v = v.detach()
+        if not v.is_floating_point() or (v == v.flatten()[0]).all():
+            assert torch.equal(w, v), k
+        elif v.numel() >= 256:
+            assert 0.7 < w.std() / v.std() < 1.4, k
+        assert torch.isfinite(w.float()).all(), k
+    side = {'cct_2_3x2': 32, 'flexible_levit_64s': 224}.get(name, 64)
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.randn(2, 3, side, side))).all()
 
 
 def test_grad_checkpointing_is_with_cp():

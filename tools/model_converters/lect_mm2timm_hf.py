@@ -34,15 +34,14 @@ def export(checkpoint: str, name: str, out_dir: str, config=None,
     from timm.models import load_state_dict, save_for_hf
 
     import lect_mm.timm  # noqa: F401  (registers the zoo's names)
-    from lect_mm.timm import ZOO, checkpoint_filter_fn, takes_img_size
+    from lect_mm.timm import (ZOO, checkpoint_filter_fn, first_conv,
+                              takes_img_size)
     if name not in ZOO:
         raise SystemExit(f'{name!r} is not a lect_mm timm model; choose '
                          f'from {sorted(ZOO)}.')
     entry = ZOO[name]
     state_dict = checkpoint_filter_fn(load_state_dict(checkpoint))
-    first_conv = entry.first_conv if isinstance(
-        entry.first_conv, str) else entry.first_conv[0]
-    in_chans = state_dict[first_conv + '.weight'].shape[1]
+    in_chans = state_dict[first_conv(name)[0] + '.weight'].shape[1]
     num_classes = state_dict[entry.classifier + '.weight'].shape[0]
     side = img_size or entry.input_size
     overlay = dict(

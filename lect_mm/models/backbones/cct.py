@@ -9,10 +9,10 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
 from lect_mm.blocks.dropout import FastDropout
-from lect_mm.blocks.functional import tokens_to_map
+from lect_mm.blocks.functional import map_to_tokens, tokens_to_map
 from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, is_pretrained,
                                   parse_arch)
-from .base_backbone import ZooBackbone
+from .base_backbone import HeadPool, StageTap, ZooBackbone, token_output
 
 
 def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
@@ -104,6 +104,9 @@ class CCT(ZooBackbone):
     POS_EMBEDS = ('learnable', 'sine', 'none')
     OUT_TYPES = ('pooled', 'featmap')
     stage_name = 'layers'
+    takes_img_size = True
+    square_img_size = True
+    FIRST_CONV = 'tokenizer.conv_layers.0.0'
 
     def __init__(self,
                  arch: Union[str, dict] = '7_3x1',
@@ -178,12 +181,46 @@ class CCT(ZooBackbone):
         if self.positional_embedding == 'learnable':
             trunc_normal_(self.pos_embed, std=0.2)
 
+    def reset_parameters(self):
+        """The submodules', then the position embedding as built: zeros
+        (``init_weights`` draws a learnable one) or the sinusoid."""
+        super().reset_parameters()
+        if self.pos_embed is None:
+            return
+        with torch.no_grad():
+            if self.positional_embedding == 'sine':
+                self.pos_embed.copy_(
+                    _sinusoid_table(*self.pos_embed.shape[1:]))
+            else:
+                self.pos_embed.zero_()
+
     def stem_and_stages(self):
         stages = [[f'layers.{i}'] for i in range(self.num_layers)]
         stages[-1] += ['norm', 'seq_pool']
         return ['tokenizer', 'pos_embed', 'drop_after_pos'], stages
 
+    def stage_taps(self):
+        """The tokens after each layer (the last one before the norm)."""
+        reduction = self.img_size // self.patch_resolution[0]
+        return [
+            StageTap(f'layers.{i}', token_output, self.embed_dims, reduction)
+            for i in range(self.num_layers)
+        ]
+
+    def head_pool(self):
+        """The norm on the last layer's tokens, then SeqPool."""
+        if self.seq_pool is None:
+            return None
+        return HeadPool('seq', self._norm_map, self._seq_pool_map)
+
+    def _norm_map(self, x: torch.Tensor) -> torch.Tensor:
+        return tokens_to_map(self.norm(map_to_tokens(x)), x.shape[-2:])
+
+    def _seq_pool_map(self, x: torch.Tensor) -> torch.Tensor:
+        return self.seq_pool(x)
+
     def forward(self, x: torch.Tensor) -> tuple:
+        self.check_input(x)
         in_hw = tuple(x.shape[-2:])
         x, hw_shape = self.tokenizer(x)
         if self.pos_embed is not None:

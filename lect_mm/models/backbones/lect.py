@@ -23,7 +23,8 @@ from lect_mm.blocks.functional import tokens_to_map
 from lect_mm.blocks.utils import (accepted_args, check_norm_cfg, conv_out_size,
                                   set_defaults, to_pair)
 from lect_mm.models.utils import TRUNC_NORMAL_INIT_CFG, parse_arch
-from .base_backbone import ZooBackbone
+from .base_backbone import (StageTap, ZooBackbone, cumulative_strides,
+                            map_output)
 
 
 def _registered(type_) -> Optional[type]:
@@ -259,6 +260,8 @@ class LeCT(ZooBackbone):
             dict(type='SVConvTransposeUpsampler', cr_ratio=0.1)))
     essential_keys = ('embed_dims', 'depths', 'num_heads', 'ffn_ratios',
                       'attn_cfgs')
+    takes_img_size = True
+    FIRST_CONV = 'stages.0.patch_embed.proj'
 
     def __init__(self,
                  arch: Union[str, dict] = 'v1',
@@ -396,6 +399,7 @@ class LeCT(ZooBackbone):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """Return the normalised ``(B, C, H, W)`` maps of ``out_indices``."""
+        self.check_input(x)
         size = tuple(x.shape[-2:])
         if (self.training and self._fixed_grid and size != self.img_size
                 and not self._warned_size):
@@ -416,6 +420,14 @@ class LeCT(ZooBackbone):
     def stem_and_stages(self):
         return ['stages.0.patch_embed'], [[f'stages.{i}']
                                           for i in range(self.num_stages)]
+
+    def stage_taps(self):
+        """The stages' normalised maps."""
+        reductions = cumulative_strides(self.arch_settings['strides'])
+        return [
+            StageTap(f'stages.{i}', map_output, c, r)
+            for i, (c, r) in enumerate(zip(self.embed_dims, reductions))
+        ]
 
     def switch_to_deploy(self):
         """Fold every conv → BatchNorm pair for inference, as mmpretrain's

@@ -17,14 +17,17 @@ import sys
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
+import safetensors.torch
 import timm
+import torch
 from mmengine.config import Config
 from timm.models import (build_model_with_cfg, generate_default_cfgs,
-                         load_state_dict, register_model)
+                         register_model)
 
 from lect_mm.model_index import mim_root
 from .model import ZooTimmModel, backbone_class
-from .weights import checkpoint_filter_fn
+from .weights import (as_plain, checkpoint_filter_fn, config_differences,
+                      recorded_model_cfg)
 
 #: RGB mean and std of CIFAR-10 (configs/_base_/datasets/cifar10.py / 255).
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
@@ -119,6 +122,41 @@ def first_conv(name: str) -> Tuple[str, ...]:
     return tuple(f'backbone.{c}' for c in convs)
 
 
+def model_args(name: str, cfg_model: dict) -> dict:
+    """The ``timm.create_model(name, **args)`` arguments that build the
+    model of ``cfg_model`` (a config's ``model``, e.g. a checkpoint's
+    recorded one) as zoo model ``name``: ``num_classes``, ``in_chans`` and
+    every backbone argument the config sets otherwise than the name's
+    config (what the HF converter carries into ``config.json``).
+
+    Raises:
+        ValueError: ``cfg_model`` is not a model ``name`` builds: another
+            neck, head, backbone type, arch or ``out_type``.
+    """
+    base, cfg_model = _model_cfg(name), as_plain(dict(cfg_model))
+    head, backbone = cfg_model.get('head') or {}, cfg_model['backbone']
+    fixed = [('type', cfg_model.get('type'), base['type']),
+             ('neck', cfg_model.get('neck'), base.get('neck')),
+             ('backbone.type', backbone.get('type'),
+              base['backbone']['type'])]
+    fixed += [(f'head.{k}', head.get(k), base['head'].get(k))
+              for k in ('type', 'in_channels', 'distillation')]
+    fixed += [(f'backbone.{k}', backbone.get(k), base['backbone'].get(k))
+              for k in ('arch', 'out_type')]
+    refused = [f'{k}: {a!r} (the model of {name}: {b!r})'
+               for k, a, b in fixed if as_plain(a) != as_plain(b)]
+    if refused:
+        raise ValueError(f'This model cannot be built as {name}: '
+                         + '; '.join(refused))
+    args = dict(num_classes=head['num_classes'],
+                in_chans=backbone.get('in_channels', 3))
+    skip = ('type', 'arch', 'in_channels', 'out_indices', 'out_type')
+    for key, value in backbone.items():
+        if key not in skip and value != as_plain(base['backbone'].get(key)):
+            args[key] = value
+    return args
+
+
 def _pretrained_cfg(name: str, entry: ZooEntry) -> dict:
     side = entry.input_size
     convs = first_conv(name)
@@ -146,16 +184,21 @@ default_cfgs = generate_default_cfgs(
      for name, entry in ZOO.items()})
 
 
-def _describe_file(name: str, overlay: dict) -> dict:
+def _read_file(path: str) -> dict:
+    """A checkpoint file as saved (a ``.safetensors`` state dict, or what
+    ``torch.load`` gives with ``weights_only=True``, as timm reads it)."""
+    if str(path).endswith('.safetensors'):
+        return safetensors.torch.load_file(path)
+    return torch.load(path, map_location='cpu', weights_only=True)
+
+
+def _describe_file(name: str, overlay: dict, state_dict: dict) -> dict:
     """``overlay`` with the classes and input channels of the checkpoint
-    file it names, where it does not set them: the zoo's pretrained_cfg
+    it names, where it does not set them: the zoo's pretrained_cfg
     cannot know a file's, and timm drops a classifier whose classes differ
     from the pretrained_cfg's (or adapts a stem whose channels do)."""
     overlay = dict(overlay)
-    if 'num_classes' in overlay and 'input_size' in overlay:
-        return overlay
     entry = ZOO[name]
-    state_dict = checkpoint_filter_fn(load_state_dict(overlay['file']))
     head = state_dict.get(entry.classifier + '.weight')
     if head is not None:
         overlay.setdefault('num_classes', head.shape[0])
@@ -166,21 +209,52 @@ def _describe_file(name: str, overlay: dict) -> dict:
     return overlay
 
 
+def _checked_filter(state_dict: dict, model: ZooTimmModel, recorded: dict,
+                    path: str) -> dict:
+    """:func:`checkpoint_filter_fn`, then refusing a file whose recorded
+    model differs from ``model`` (timm calls it with the built model)."""
+    state_dict = checkpoint_filter_fn(state_dict, model)
+    diffs = config_differences(recorded, model.model_cfg)
+    if diffs:
+        name = model.pretrained_cfg.get('architecture')
+        raise ValueError(
+            f'{path} records a model trained with other arguments than '
+            f'{name}: ' + '; '.join(diffs) + '. Build the model with the '
+            "file's arguments (timm.create_model(name, **args), e.g. "
+            "attn_cfg=... as the file's config sets them), or convert the "
+            'file with tools/model_converters/lect_mm2timm_hf.py, whose '
+            'config.json carries them.')
+    return state_dict
+
+
 def create_zoo_model(name: str, pretrained: bool = False, **kwargs):
     """Build zoo model ``name`` through timm's builder (what
-    ``timm.create_model(name, ...)`` calls)."""
+    ``timm.create_model(name, ...)`` calls).
+
+    A checkpoint file (``pretrained_cfg_overlay=dict(file=...)``) gives its
+    classes and input channels, and one that records its config
+    (``meta.cfg``) must record the model being built
+    (:func:`~lect_mm.timm.weights.config_differences`)."""
     feature_cfg = dict(
         feature_cls='getter', out_indices=ZOO[name].feature_stages)
     overlay = kwargs.get('pretrained_cfg_overlay') or {}
+    filter_fn = checkpoint_filter_fn
     if pretrained and overlay.get('file'):
-        kwargs['pretrained_cfg_overlay'] = _describe_file(name, overlay)
+        checkpoint = _read_file(overlay['file'])
+        state_dict = checkpoint_filter_fn(checkpoint)
+        kwargs['pretrained_cfg_overlay'] = _describe_file(
+            name, overlay, state_dict)
+        recorded = recorded_model_cfg(checkpoint)
+        if recorded is not None:
+            filter_fn = functools.partial(
+                _checked_filter, recorded=recorded, path=overlay['file'])
     return build_model_with_cfg(
         ZooTimmModel,
         name,
         pretrained,
         model_cfg=model_cfg(name),
         feature_cfg=feature_cfg,
-        pretrained_filter_fn=checkpoint_filter_fn,
+        pretrained_filter_fn=filter_fn,
         **kwargs)
 
 

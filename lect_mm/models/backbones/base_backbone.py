@@ -150,6 +150,16 @@ class ZooBackbone(BaseBackbone):
     fixed_in_channels: Optional[int] = None
     #: Path of the convolution that reads the image (see :meth:`first_conv`).
     FIRST_CONV = ''
+    #: Arguments that change no parameter and no eval-mode output (drop
+    #: rates, checkpointing, freezing, init, which outputs are returned): a
+    #: checkpoint's recorded config may differ from a model's in these.
+    TRAINING_ARGS: Tuple[str, ...] = ('drop_rate', 'attn_drop_rate',
+                                      'drop_path_rate', 'with_cp',
+                                      'frozen_stages', 'norm_eval',
+                                      'init_cfg', 'out_indices')
+    #: The other checkpoint layout :meth:`convert_foreign` takes (the
+    #: authors' code), for messages; None: none.
+    FOREIGN_LAYOUT: Optional[str] = None
 
     def __init__(self,
                  num_stages: int,
@@ -192,6 +202,14 @@ class ZooBackbone(BaseBackbone):
         adapted to other input channels), for ``arch`` (a key of
         ``arch_zoo`` or a dict)."""
         return cls.FIRST_CONV
+
+    @classmethod
+    def convert_foreign(cls, state_dict: dict) -> Optional[dict]:
+        """A classifier's state dict in :attr:`FOREIGN_LAYOUT` -> the state
+        dict of an mmpretrain ``ImageClassifier`` with this backbone
+        (``backbone.*``, ``head.*``); None when ``state_dict`` is not in
+        that layout."""
+        return None
 
     def stage_taps(self) -> List[StageTap]:
         """One :class:`StageTap` per stage, in order."""

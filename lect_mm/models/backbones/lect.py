@@ -22,6 +22,7 @@ from lect_mm.blocks.deploy import FuseConvBNMixin
 from lect_mm.blocks.functional import tokens_to_map
 from lect_mm.blocks.utils import (accepted_args, check_norm_cfg, conv_out_size,
                                   set_defaults, to_pair)
+from lect_mm.models.convert import convert_lect_ref
 from lect_mm.models.utils import TRUNC_NORMAL_INIT_CFG, parse_arch
 from .base_backbone import (StageTap, ZooBackbone, cumulative_strides,
                             map_output)
@@ -262,6 +263,7 @@ class LeCT(ZooBackbone):
                       'attn_cfgs')
     takes_img_size = True
     FIRST_CONV = 'stages.0.patch_embed.proj'
+    FOREIGN_LAYOUT = "the LeCT author's reference layout"
 
     def __init__(self,
                  arch: Union[str, dict] = 'v1',
@@ -420,6 +422,15 @@ class LeCT(ZooBackbone):
     def stem_and_stages(self):
         return ['stages.0.patch_embed'], [[f'stages.{i}']
                                           for i in range(self.num_stages)]
+
+    @classmethod
+    def convert_foreign(cls, state_dict):
+        """The LeCT author's reference layout (``patch_embed1.*``,
+        ``blocks1.0.leatt.*``, ...), by
+        :func:`~lect_mm.models.convert.convert_lect_ref`."""
+        if not any(k.startswith('patch_embed1.') for k in state_dict):
+            return None
+        return dict(convert_lect_ref(state_dict))
 
     def stage_taps(self):
         """The stages' normalised maps."""

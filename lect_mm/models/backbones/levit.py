@@ -82,6 +82,7 @@ class FlexibleLeViT(ZooBackbone, LeViT):
     square_img_size = True
     fixed_in_channels = 3
     FIRST_CONV = 'patch_embed.patch_embed.0.conv'
+    TRAINING_ARGS = ZooBackbone.TRAINING_ARGS + ('zero_init_residual', )
 
     def __init__(self,
                  arch: Union[str, dict] = '64s',

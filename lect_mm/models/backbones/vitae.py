@@ -110,6 +110,7 @@ class ViTAE(ZooBackbone):
     essential_keys = ('embed_dims', 'token_dims', 'downsample_ratios',
                       'kernel_sizes', 'dilations', 'rc_types', 'nc_depths',
                       'nc_heads', 'nc_groups', 'ffn_ratio')
+    TRAINING_ARGS = ZooBackbone.TRAINING_ARGS + ('performer_drop', )
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
@@ -173,10 +174,10 @@ class ViTAE(ZooBackbone):
         self._freeze_stages()
 
     @classmethod
-    def first_conv(cls, arch='tiny'):
+    def first_conv(cls, arch=None):
         """The first reduction cell's PRM convolutions (one per dilation)
-        and its PCM's first convolution."""
-        a = parse_arch(arch, cls.arch_zoo, cls.essential_keys,
+        and its PCM's first convolution (``arch`` None: 'tiny')."""
+        a = parse_arch(arch or 'tiny', cls.arch_zoo, cls.essential_keys,
                        cls.essential_keys[:-1])
         return tuple(f'stages.0.rc.prm.convs.{i}.0'
                      for i in range(len(a['dilations'][0]))) + (

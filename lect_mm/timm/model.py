@@ -26,6 +26,7 @@ from mmpretrain.models.heads.levit_head import BatchNormLinear
 from mmpretrain.registry import MODELS
 from timm.layers import SelectAdaptivePool2d
 from timm.models._features import feature_take_indices
+from timm.models._input import update_model_input_size
 
 from lect_mm.models.backbones import ZooBackbone
 from .taps import run_tapped
@@ -63,17 +64,6 @@ def backbone_class(backbone_cfg: dict) -> type:
     return cls
 
 
-def _img_size_arg(img_size, cls: type):
-    if isinstance(img_size, (list, tuple)):
-        img_size = tuple(int(s) for s in img_size)
-        if cls.square_img_size:
-            if len(img_size) != 2 or img_size[0] != img_size[1]:
-                raise ValueError(f'{cls.__name__} takes square inputs only: '
-                                 f'img_size must be an int, got {img_size}.')
-            return img_size[0]
-    return img_size
-
-
 def resolve_model_cfg(cfg: dict,
                       num_classes: int = 10,
                       in_chans: int = 3,
@@ -93,8 +83,11 @@ def resolve_model_cfg(cfg: dict,
 
     Returns:
         dict: ``cfg`` with the arguments applied: the backbone's
-        ``in_channels``, ``img_size``, drop rates and further arguments,
-        the head's ``num_classes``.
+        ``in_channels``, drop rates and further arguments, then its config
+        for ``img_size``
+        (:meth:`~lect_mm.models.backbones.ZooBackbone.cfg_at_size`: LeCT
+        sets its pooled grids as the project's configs do at that size),
+        and the head's ``num_classes``.
     """
     cfg = copy.deepcopy(dict(cfg))
     if cfg.get('type') != 'ImageClassifier':
@@ -131,17 +124,14 @@ def resolve_model_cfg(cfg: dict,
                 f'{in_chans}.')
     else:
         backbone['in_channels'] = in_chans
-    if img_size is not None:
-        if not cls.takes_img_size:
-            raise ValueError(
-                f'{btype} takes any input size and has no img_size.')
-        backbone['img_size'] = _img_size_arg(img_size, cls)
     for name, value in (('drop_path_rate', drop_path_rate),
                         ('drop_rate', proj_drop_rate),
                         ('attn_drop_rate', attn_drop_rate)):
         if value is not None:
             backbone[name] = value
     backbone.update(backbone_args)
+    if img_size is not None:
+        backbone = cls.cfg_at_size(backbone, img_size)
     head['num_classes'] = num_classes
     cfg.update(backbone=backbone, head=head)
     return cfg
@@ -160,9 +150,11 @@ class ZooTimmModel(nn.Module):
             (``forward`` returns the pooled features). Defaults to 10.
         in_chans (int): Input channels (the backbone's ``in_channels``).
             Defaults to 3.
-        img_size (int | tuple, optional): The backbone's ``img_size`` (LeCT,
-            CeiT, CCT, LeViT): the size it is built for. Defaults to None,
-            the config's.
+        img_size (int | tuple, optional): The input size the backbone is
+            built for (LeCT, CeiT, CCT, LeViT): the backbone's ``img_size``
+            and, for LeCT, the pooled grids the project's configs use at
+            that size (:meth:`~lect_mm.models.backbones.LeCT.cfg_at_size`).
+            Defaults to None, the config's.
         drop_rate (float): Dropout before the classifier (timm's meaning;
             the config's heads have none). Defaults to 0.
         drop_path_rate (float, optional): The backbone's stochastic depth.
@@ -211,9 +203,13 @@ class ZooTimmModel(nn.Module):
                  dtype=None,
                  **backbone_args):
         super().__init__()
+        # what model_cfg is resolved from, for set_input_size
+        self._cfg_args = dict(
+            backbone_args, cfg=cfg, in_chans=in_chans,
+            drop_path_rate=drop_path_rate, proj_drop_rate=proj_drop_rate,
+            attn_drop_rate=attn_drop_rate)
         self.model_cfg = resolve_model_cfg(
-            cfg, num_classes, in_chans, img_size, drop_path_rate,
-            proj_drop_rate, attn_drop_rate, **backbone_args)
+            num_classes=num_classes, img_size=img_size, **self._cfg_args)
         backbone = self.model_cfg['backbone']
         head = self.model_cfg['head']
         neck = self.model_cfg.get('neck')
@@ -240,11 +236,7 @@ class ZooTimmModel(nn.Module):
         # (mmpretrain's LeViT attention-bias indices)
         self.to(device=torch.device(device) if device is not None else
                 torch.get_default_device())
-        self._taps = self.backbone.stage_taps()
-        self.feature_info = [
-            dict(num_chs=t.num_chs, reduction=t.reduction,
-                 module=f'backbone.{t.module}') for t in self._taps
-        ]
+        self._read_taps()
         stride = max(t.reduction for t in self._taps)
         if output_stride is not None and output_stride < stride:
             raise ValueError(
@@ -257,6 +249,47 @@ class ZooTimmModel(nn.Module):
         self.init_weights()
         if dtype is not None:
             self.to(dtype=dtype)
+
+    def _read_taps(self):
+        self._taps = self.backbone.stage_taps()
+        self.feature_info = [
+            dict(num_chs=t.num_chs, reduction=t.reduction,
+                 module=f'backbone.{t.module}') for t in self._taps
+        ]
+
+    @torch.jit.ignore
+    def set_input_size(self, img_size=None, patch_size=None) -> None:
+        """timm's ``set_input_size``: the model for ``img_size`` inputs,
+        as ``create_model(..., img_size=img_size)`` builds it, with this
+        model's weights (CeiT's and CCT's position embeddings resampled as
+        their forward resamples them; a backbone whose parameters change
+        shape otherwise, such as LeCT v3's upsampler kernels or LeViT's
+        attention biases, refuses). The patch embeddings are fixed.
+        """
+        if patch_size is not None:
+            raise ValueError('patch_size: the zoo\'s patch embeddings are '
+                             'part of the architecture; it must be None.')
+        if img_size is None:
+            return
+        cfg = resolve_model_cfg(
+            num_classes=self.num_classes, img_size=img_size,
+            **self._cfg_args)
+        old = self.backbone
+        ref = next(iter(old.parameters()))
+        with torch.device('meta'):
+            new = MODELS.build(cfg['backbone'])
+        new.to_empty(device=ref.device)
+        for m in new.modules():
+            if hasattr(m, 'init_non_persistent_buffers'):
+                m.init_non_persistent_buffers()
+        new.load_state_dict(new.resized_state_dict(old.state_dict(), old))
+        new.to(dtype=ref.dtype).train(old.training)
+        new.is_init = True  # its weights are loaded, not to be drawn
+        self.backbone, self.model_cfg = new, cfg
+        self._read_taps()
+        if self._head_pool is not None:
+            self._head_pool = new.head_pool()
+        update_model_input_size(self, img_size)
 
     def _on_meta(self) -> bool:
         return any(t.is_meta

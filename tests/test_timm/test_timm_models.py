@@ -7,9 +7,11 @@ import re
 import pytest
 import timm
 import torch
+from mmengine.config import Config
 from mmpretrain.registry import MODELS
 from timm.models import group_parameters
 
+from lect_mm.model_index import mim_root
 from lect_mm.timm import ZOO, model_cfg, takes_img_size
 from lect_mm.timm.zoo import register_zoo
 
@@ -117,6 +119,56 @@ def test_create_model_arguments_reach_the_backbone(capsys):
         timm.create_model('alternet18', img_size=448, device='meta')
     with pytest.raises(ValueError, match='in_chans must be 3'):
         timm.create_model('flexible_levit_64s', in_chans=1, device='meta')
+
+
+@pytest.mark.parametrize('name,config', [
+    ('lect_v1', 'lect_v1_fashion_mnist_cpu'),
+    ('lect_v3', 'lect_v3_fashion_mnist_cpu112')])
+def test_img_size_builds_the_configs_model_at_that_size(name, config):
+    """timm's img_size gives LeCT the pooled grids configs/fashion_mnist
+    gives it at that size (64: sr_ratio 4, 2, 1; 112: 7, 4, 1): same
+    weights from the same seed, same logits."""
+    cfg = Config.fromfile(str(mim_root() / 'configs' / 'fashion_mnist' /
+                              f'{config}.py')).model.to_dict()
+    cfg.pop('data_preprocessor', None)
+    side = 112 if config.endswith('112') else 64
+    torch.manual_seed(0)
+    model = timm.create_model(name, img_size=side).eval()
+    torch.manual_seed(0)
+    ref = MODELS.build(cfg)
+    ref.init_weights()
+    ref.eval()
+    assert [s.blocks[0].attn.sr_ratio for s in model.backbone.stages] == \
+        [c['sr_ratio'] for c in cfg['backbone']['attn_cfg']]
+    x = torch.randn(2, 3, side, side)
+    with torch.no_grad():
+        assert torch.equal(model(x), ref(x))
+
+
+def test_set_input_size_is_create_model_at_that_size():
+    """set_input_size keeps the weights (resampling CCT's position
+    embedding as mmpretrain's resize_pos_embed does) and gives the model
+    create_model(img_size=...) builds; LeCT v3's kernels refuse."""
+    from mmpretrain.models.utils import resize_pos_embed
+    torch.manual_seed(0)
+    for name, old, new in (('cct_2_3x2', 32, 48), ('lect_v1', 224, 64)):
+        model = timm.create_model(name).eval()
+        state = model.state_dict()
+        model.set_input_size(new)
+        built = timm.create_model(name, img_size=new).eval()
+        assert model.model_cfg == built.model_cfg
+        if name == 'cct_2_3x2':
+            state['backbone.pos_embed'] = resize_pos_embed(
+                state['backbone.pos_embed'], (old // 4, ) * 2,
+                (new // 4, ) * 2, mode='bicubic', num_extra_tokens=0)
+        built.load_state_dict(state)
+        x = torch.randn(1, 3, new, new)
+        with torch.no_grad():
+            assert torch.equal(model(x), built(x))
+        # recorded as timm's own set_input_size records it
+        assert timm.models.get_model_traits(model)['img_size'] == (new, new)
+    with pytest.raises(ValueError, match='LeCT keeps no rule to carry'):
+        timm.create_model('lect_v3', device='meta').set_input_size(64)
 
 
 def test_head_api():

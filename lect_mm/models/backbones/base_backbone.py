@@ -204,6 +204,45 @@ class ZooBackbone(BaseBackbone):
         return cls.FIRST_CONV
 
     @classmethod
+    def cfg_at_size(cls, cfg: dict, img_size) -> dict:
+        """The config of this backbone for ``img_size`` inputs: the model
+        the project's configs use at that size (timm's ``img_size``). Here
+        ``cfg`` with ``img_size`` set (an int where the backbone takes only
+        square inputs); LeCT also sets its pooled grids.
+
+        Args:
+            cfg (dict): A config of this backbone.
+            img_size (int | Sequence[int]): The input size.
+        """
+        if not cls.takes_img_size:
+            raise ValueError(f'{cls.__name__} takes any input size and has '
+                             'no img_size.')
+        if isinstance(img_size, (list, tuple)):
+            img_size = tuple(int(s) for s in img_size)
+            if cls.square_img_size:
+                if len(img_size) != 2 or img_size[0] != img_size[1]:
+                    raise ValueError(
+                        f'{cls.__name__} takes square inputs only: '
+                        f'img_size must be an int, got {img_size}.')
+                img_size = img_size[0]
+        return dict(cfg, img_size=img_size)
+
+    def resized_state_dict(self, state_dict: dict, source: nn.Module) -> dict:
+        """``state_dict`` of ``source``, the same backbone built for another
+        ``img_size``, for this one. Here every tensor must keep its shape
+        (a ValueError names those that do not); CeiT and CCT resample their
+        position embeddings."""
+        own = self.state_dict()
+        changed = sorted(k for k, v in state_dict.items()
+                         if k in own and own[k].shape != v.shape)
+        if changed:
+            raise ValueError(
+                f'{type(self).__name__} keeps no rule to carry {changed} to '
+                'another img_size: build the model with that img_size '
+                'instead.')
+        return state_dict
+
+    @classmethod
     def convert_foreign(cls, state_dict: dict) -> Optional[dict]:
         """A classifier's state dict in :attr:`FOREIGN_LAYOUT` -> the state
         dict of an mmpretrain ``ImageClassifier`` with this backbone

@@ -5,6 +5,7 @@ import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmengine.model.weight_init import trunc_normal_
+from mmpretrain.models.utils import resize_pos_embed
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
@@ -198,6 +199,19 @@ class CCT(ZooBackbone):
         stages = [[f'layers.{i}'] for i in range(self.num_layers)]
         stages[-1] += ['norm', 'seq_pool']
         return ['tokenizer', 'pos_embed', 'drop_after_pos'], stages
+
+    def resized_state_dict(self, state_dict, source):
+        """A learnable position embedding resampled to this grid
+        (mmpretrain's ``resize_pos_embed``, bicubic); a sinusoid is this
+        backbone's own table."""
+        state_dict = dict(state_dict)
+        if self.positional_embedding == 'learnable':
+            state_dict['pos_embed'] = resize_pos_embed(
+                state_dict['pos_embed'], source.patch_resolution,
+                self.patch_resolution, mode='bicubic', num_extra_tokens=0)
+        elif self.positional_embedding == 'sine':
+            state_dict['pos_embed'] = self.pos_embed.detach().clone()
+        return super().resized_state_dict(state_dict, source)
 
     def stage_taps(self):
         """The tokens after each layer (the last one before the norm)."""

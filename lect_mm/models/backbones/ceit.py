@@ -242,6 +242,17 @@ class CeiT(ZooBackbone):
         return ['i2t', 'proj', 'cls_token', 'pos_embed',
                 'drop_after_pos'], stages
 
+    def resized_state_dict(self, state_dict, source):
+        """``source``'s position embedding resampled to this grid
+        (mmpretrain's ``resize_pos_embed``, bicubic, as the forward does
+        for other input sizes)."""
+        state_dict = dict(state_dict)
+        state_dict['pos_embed'] = resize_pos_embed(
+            state_dict['pos_embed'], source.patch_resolution,
+            self.patch_resolution, mode='bicubic',
+            num_extra_tokens=self.num_extra_tokens)
+        return super().resized_state_dict(state_dict, source)
+
     def stage_taps(self):
         """The patch tokens after each block (un-normalised: CeiT has no
         norm on them)."""

@@ -35,15 +35,6 @@ _DROPPED = ('data_preprocessor.', )
 _WRAPPERS = ('module.', '_orig_mod.')
 
 
-def _zoo_backbones() -> List[type]:
-    found, todo = [], list(ZooBackbone.__subclasses__())
-    while todo:
-        cls = todo.pop(0)
-        found.append(cls)
-        todo.extend(cls.__subclasses__())
-    return found
-
-
 def _model_name(model) -> str:
     name = getattr(model, 'pretrained_cfg', {}).get('architecture')
     backbone = type(model.backbone).__name__
@@ -53,7 +44,7 @@ def _model_name(model) -> str:
 def _lect_mm_backbone(state_dict: dict) -> Optional[type]:
     """The zoo backbone whose image convolution a lect_mm-layout state dict
     holds."""
-    for cls in _zoo_backbones():
+    for cls in ZooBackbone.zoo_classes():
         conv = cls.first_conv(None)
         conv = conv if isinstance(conv, str) else conv[0]
         if f'backbone.{conv}.weight' in state_dict:
@@ -64,19 +55,15 @@ def _lect_mm_backbone(state_dict: dict) -> Optional[type]:
 def _convert_foreign(state_dict: dict, cls: Optional[type], model=None):
     """``state_dict`` (no ``backbone.*`` key) converted by ``cls``, or, with
     no class, by the zoo backbone whose authors' layout it is."""
-    if cls is not None:
-        converted = cls.convert_foreign(state_dict)
-        if converted is not None:
-            return converted
-    for other in _zoo_backbones():
-        if other is not cls and other.convert_foreign(state_dict) is not None:
-            if cls is None:
-                return other.convert_foreign(state_dict)
-            raise ValueError(
-                f'The checkpoint holds a {other.__name__} classifier in '
-                f'{other.FOREIGN_LAYOUT}, but the model asked for is '
-                f'{_model_name(model)}.')
-    layouts = sorted(c.FOREIGN_LAYOUT for c in _zoo_backbones()
+    held = ZooBackbone.foreign_layout_of(state_dict)
+    if held is not None and cls in (None, held):
+        return held.convert_foreign(state_dict)
+    if held is not None:
+        raise ValueError(
+            f'The checkpoint holds a {held.__name__} classifier in '
+            f'{held.FOREIGN_LAYOUT}, but the model asked for is '
+            f'{_model_name(model)}.')
+    layouts = sorted(c.FOREIGN_LAYOUT for c in ZooBackbone.zoo_classes()
                      if c.FOREIGN_LAYOUT)
     raise ValueError(
         'The checkpoint is neither a lect_mm classifier (no backbone.* key) '

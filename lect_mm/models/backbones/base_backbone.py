@@ -250,6 +250,24 @@ class ZooBackbone(BaseBackbone):
         that layout."""
         return None
 
+    @staticmethod
+    def zoo_classes() -> List[type]:
+        """Every zoo backbone class (the subclasses, recursively)."""
+        found, todo = [], list(ZooBackbone.__subclasses__())
+        while todo:
+            found.append(todo.pop(0))
+            todo.extend(found[-1].__subclasses__())
+        return found
+
+    @staticmethod
+    def foreign_layout_of(state_dict: dict) -> Optional[type]:
+        """The zoo backbone whose authors' layout ``state_dict`` is in
+        (its :meth:`convert_foreign` takes it); None if none."""
+        for cls in ZooBackbone.zoo_classes():
+            if cls.convert_foreign(state_dict) is not None:
+                return cls
+        return None
+
     def stage_taps(self) -> List[StageTap]:
         """One :class:`StageTap` per stage, in order."""
         raise NotImplementedError(

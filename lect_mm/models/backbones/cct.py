@@ -1,4 +1,5 @@
 """Compact Convolutional Transformer backbone (Hassani et al., 2021)."""
+import re
 from typing import Optional, Union
 
 import torch
@@ -26,6 +27,24 @@ def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
     table[:, 0::2] = torch.sin(table[:, 0::2])
     table[:, 1::2] = torch.cos(table[:, 1::2])
     return table.unsqueeze(0)
+
+
+#: SHI-Labs/Compact-Transformers' keys (``src/cct.py``: ``tokenizer`` and
+#: ``classifier = TransformerClassifier``) -> an ImageClassifier's with CCT.
+_SHI_LABS_KEYS = (
+    (r'^tokenizer\.', 'backbone.tokenizer.'),
+    (r'^classifier\.positional_emb$', 'backbone.pos_embed'),
+    (r'^classifier\.attention_pool\.', 'backbone.seq_pool.attention_pool.'),
+    (r'^classifier\.blocks\.(\d+)\.self_attn\.', r'backbone.layers.\1.attn.'),
+    (r'^classifier\.blocks\.(\d+)\.linear1\.',
+     r'backbone.layers.\1.ffn.layers.0.0.'),
+    (r'^classifier\.blocks\.(\d+)\.linear2\.',
+     r'backbone.layers.\1.ffn.layers.1.'),
+    (r'^classifier\.blocks\.(\d+)\.(pre_norm|norm1)\.',
+     r'backbone.layers.\1.\2.'),
+    (r'^classifier\.norm\.', 'backbone.norm.'),
+    (r'^classifier\.fc\.', 'head.fc.'),
+)
 
 
 @MODELS.register_module()
@@ -108,6 +127,7 @@ class CCT(ZooBackbone):
     takes_img_size = True
     square_img_size = True
     FIRST_CONV = 'tokenizer.conv_layers.0.0'
+    FOREIGN_LAYOUT = "SHI-Labs' Compact-Transformers layout"
 
     def __init__(self,
                  arch: Union[str, dict] = '7_3x1',
@@ -212,6 +232,30 @@ class CCT(ZooBackbone):
         elif self.positional_embedding == 'sine':
             state_dict['pos_embed'] = self.pos_embed.detach().clone()
         return super().resized_state_dict(state_dict, source)
+
+    @classmethod
+    def convert_foreign(cls, state_dict):
+        """The CCT authors' classifier (SHI-Labs/Compact-Transformers
+        ``src/cct.py``, its published weights): ``tokenizer.*`` and
+        ``classifier.{positional_emb, blocks.N, norm, attention_pool,
+        fc}``, mapped onto an ImageClassifier with CCT and a
+        ``LinearClsHead`` (``self_attn`` -> ``attn``, ``linear1`` /
+        ``linear2`` -> the FFN's layers)."""
+        if 'classifier.attention_pool.weight' not in state_dict:
+            return None
+        out, unmapped = {}, []
+        for key, value in state_dict.items():
+            for pattern, repl in _SHI_LABS_KEYS:
+                new, n = re.subn(pattern, repl, key)
+                if n:
+                    out[new] = value
+                    break
+            else:
+                unmapped.append(key)
+        if unmapped:
+            raise ValueError(f'{len(unmapped)} key(s) of the SHI-Labs CCT '
+                             f'layout have no mapping: {unmapped[:10]}')
+        return out
 
     def stage_taps(self):
         """The tokens after each layer (the last one before the norm)."""

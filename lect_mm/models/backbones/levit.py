@@ -20,6 +20,7 @@ halved, same depths (2/3/4) and 16-dim keys; 1.76M parameters with a
 It also takes the ``frozen_stages`` and ``norm_eval`` of every lect_mm
 backbone, which mmpretrain's LeViT lacks.
 """
+import re
 from functools import partial
 from typing import Union
 
@@ -37,6 +38,17 @@ from .base_backbone import StageTap, ZooBackbone
 
 def _square_tokens(args, out: torch.Tensor, side: int) -> torch.Tensor:
     return tokens_to_map(out, (side, side))
+
+
+#: FAIR's LeViT (facebookresearch/LeViT ``levit.py``) inner keys -> those of
+#: mmpretrain's blocks: Conv2d_BN / Linear_BN ``c`` -> ``conv`` / ``linear``,
+#: a residual's ``m`` -> ``block``, its MLP ``m.0`` / ``m.2`` -> ``linear1`` /
+#: ``linear2``, the classifiers ``l`` -> ``linear``.
+_FAIR_INNER_KEYS = (
+    (r'^m\.0\.', 'block.linear1.'),
+    (r'^m\.2\.', 'block.linear2.'),
+    (r'^m\.', 'block.'),
+)
 
 
 def _refresh_after_load(module, incompatible_keys):
@@ -83,6 +95,7 @@ class FlexibleLeViT(ZooBackbone, LeViT):
     fixed_in_channels = 3
     FIRST_CONV = 'patch_embed.patch_embed.0.conv'
     TRAINING_ARGS = ZooBackbone.TRAINING_ARGS + ('zero_init_residual', )
+    FOREIGN_LAYOUT = "FAIR's LeViT layout"
 
     def __init__(self,
                  arch: Union[str, dict] = '64s',
@@ -149,6 +162,47 @@ class FlexibleLeViT(ZooBackbone, LeViT):
     def stem_and_stages(self):
         return ['patch_embed'], [[f'stages.{i}']
                                  for i in range(self.num_stages)]
+
+    @classmethod
+    def convert_foreign(cls, state_dict):
+        """FAIR's LeViT classifier (facebookresearch/LeViT ``levit.py``, its
+        published weights: ``patch_embed.N``, one flat ``blocks.N``
+        sequence, ``head`` and ``head_dist``) mapped onto an ImageClassifier
+        with this backbone and a ``LeViTClsHead`` (with distillation when
+        the file has ``head_dist``): the blocks are split into stages at
+        each subsampling attention (``blocks.N.kv``), as mmpretrain's
+        ``tools/model_converters/levit2mmpretrain.py`` does."""
+        if 'patch_embed.0.c.weight' not in state_dict:
+            return None
+        starts = sorted({int(k.split('.')[1]) for k in state_dict
+                         if re.match(r'^blocks\.\d+\.kv\.', k)})
+        out, unmapped = {}, []
+        for key, value in state_dict.items():
+            match = re.match(r'^blocks\.(\d+)\.(.+)$', key)
+            head = re.match(r'^(head|head_dist)\.(bn|l)\.(.+)$', key)
+            if key.startswith('patch_embed.'):
+                new = 'backbone.patch_embed.' + key.replace('.c.', '.conv.')
+            elif match:
+                index, rest = int(match.group(1)), match.group(2)
+                stage = sum(s <= index for s in starts)
+                first = max([0] + [s for s in starts if s <= index])
+                for pattern, repl in _FAIR_INNER_KEYS:
+                    rest, n = re.subn(pattern, repl, rest)
+                    if n:
+                        break
+                rest = re.sub(r'(^|\.)c\.', r'\1linear.', rest)
+                new = f'backbone.stages.{stage}.{index - first}.{rest}'
+            elif head:
+                part = 'linear' if head.group(2) == 'l' else 'bn'
+                new = f'head.{head.group(1)}.{part}.{head.group(3)}'
+            else:
+                unmapped.append(key)
+                continue
+            out[new] = value
+        if unmapped:
+            raise ValueError(f'{len(unmapped)} key(s) of the FAIR LeViT '
+                             f'layout have no mapping: {unmapped[:10]}')
+        return out
 
     def stage_taps(self):
         """The stages' tokens, on the stages' square grids."""

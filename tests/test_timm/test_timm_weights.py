@@ -5,6 +5,7 @@ trained model's logits, and only into a model built with the demo's
 arguments; the converter's Hugging Face folder carries them and loads with
 ``local-dir:``; a timm state dict loads strictly into the mmpretrain
 config; a checkpoint of another backbone is refused, naming both models."""
+import json
 import os.path as osp
 import re
 import sys
@@ -128,6 +129,14 @@ def test_hf_folder_round_trip(trained, tmp_path, load_script):
     # the tiny config's 127.5 / 255
     assert tuple(data['mean']) == (0.5, 0.5, 0.5)
     assert tuple(data['input_size']) == (3, SIDE, SIDE)
+    # as the README's user did: --config the demo's config
+    demo = str(mim_root() / 'configs' / 'demo' / 'lect_digits.py')
+    convert.main([ckpt, 'lect_v1', str(tmp_path / 'demo'), '--config', demo])
+    config = json.loads((tmp_path / 'demo' / 'config.json').read_text())
+    assert config['model_args']['attn_cfg'] == DEMO_ARGS['attn_cfg']
+    model = timm.create_model(f'local-dir:{tmp_path / "demo"}',
+                              pretrained=True)
+    assert torch.equal(_logits(model, x), expected)
     # another config than the recorded one, or none at all, is refused
     with pytest.raises(SystemExit, match=re.escape(
             "backbone.type: the file's 'LeCT', the model's 'ResNet'")):

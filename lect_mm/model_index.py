@@ -13,9 +13,11 @@ way mmpretrain ships ``mmpretrain/.mim/``), or the repository root for a
 source checkout or an editable install (whose ``lect_mm/.mim``, made by
 ``pip install -e .``, links to the root's files).
 """
+import functools
 from pathlib import Path
-from typing import Set, Union
+from typing import Dict, Set, Union
 
+import yaml
 from mmpretrain.apis import ModelHub
 
 MODEL_INDEX = 'model-index.yml'
@@ -76,3 +78,26 @@ def register_model_index(root: Union[str, Path, None] = None) -> None:
         return
     ModelHub.register_model_index(root / MODEL_INDEX, config_prefix=root)
     _registered.add(root)
+
+
+@functools.lru_cache(maxsize=None)
+def _index_entries(root: Path) -> Dict[str, dict]:
+    # libyaml's parser where PyYAML has it: several times faster
+    loader = getattr(yaml, 'CSafeLoader', yaml.SafeLoader)
+    entries = {}
+    index = yaml.load((root / MODEL_INDEX).read_text(), Loader=loader)
+    for metafile in index['Import']:
+        data = yaml.load((root / metafile).read_text(), Loader=loader)
+        for model in data.get('Models', []):
+            entries[model['Name']] = model
+    return entries
+
+
+def index_entry(name: str) -> dict:
+    """The entry of model ``name`` in lect_mm's model index (its metafile's
+    ``Name``, ``Weights``, ``Config``, ``Results``, ...), read from the YAML
+    files only."""
+    entries = _index_entries(mim_root())
+    if name not in entries:
+        raise KeyError(f'{name!r} is not in lect_mm\'s model index.')
+    return entries[name]

@@ -6,9 +6,10 @@ warning filters, mmengine's checkpoint loading functions and loader schemes,
 every existing entry of every registry of mmengine's registry trees, the
 weight initialisers, torch's ``weights_only`` safe globals, random states,
 torch's global switches, signal handlers, logging and mmengine's
-package table. New registry entries, new child registries and the
+package table. New registry entries, new child registries, the
 ``lect_mm`` entry of mmengine's package table (for ``lect_mm::`` configs)
-are what an import may add.
+and the ``lect_mm+`` checkpoint scheme (the authors' weights, converted on
+load) are what an import may add.
 """
 import json
 import os
@@ -160,6 +161,11 @@ def test_import_changes_nothing_but_adds_components():
                                  after.pop('module2package'))
     assert set(table_after) - set(table_before) == {'lect_mm'}
     assert {k: table_after[k] for k in table_before} == table_before
+    # mmengine's checkpoint schemes: lect_mm's own prefix added, none changed
+    schemes_before, schemes_after = (before.pop('loader_schemes'),
+                                     after.pop('loader_schemes'))
+    assert set(schemes_after) - set(schemes_before) == {r'lect_mm\+'}
+    assert {k: schemes_after[k] for k in schemes_before} == schemes_before
     # everything else is exactly as before
     for key in before:
         assert after[key] == before[key], key

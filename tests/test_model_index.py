@@ -39,24 +39,37 @@ BUILT = ('lect-v1_cifar10', 'lect-v2_cifar100', 'lect-v3_stl10',
 
 
 def test_every_leaf_config_has_exactly_one_name():
+    """... but the model of several of the authors' weights (the CCT
+    authors' 1,500- and 5,000-epoch sine weights), one name per weight."""
     leaves = {
         p.relative_to(REPO).as_posix()
         for family in FAMILIES
         for p in (REPO / 'configs' / family).glob('*.py')
     }
-    configs = [config for config, _ in INDEX.values()]
-    assert sorted(configs) == sorted(leaves)
+    configs = [config for config, meta in INDEX.values()
+               if meta.weights is None]
+    assert sorted(configs) == sorted(
+        c for c in leaves if '_3rdparty_' not in c)
     assert len(configs) == len(set(configs))
     assert 'configs/fashion_mnist/lect_v3_fashion_mnist_cpu.py' in configs
+    weighted = {config for config, meta in INDEX.values() if meta.weights}
+    assert weighted == {c for c in leaves if '_3rdparty_' in c}
 
 
 def test_names_follow_mmpretrain_style_and_ship_no_weights():
+    """The zoo's own configs have no weights; the authors' weights (the
+    `_3rdparty` names) load converted from the authors' URLs."""
     for name, (_, meta) in INDEX.items():
         # mmpretrain compares names case-sensitively before lowering them
         assert name == name.lower(), name
-        model, dataset = name.split('_')
-        assert model and dataset, name
-        assert meta.weights is None, name
+        parts = name.split('_')
+        assert len(parts) in (2, 3) and all(parts), name
+        if '_3rdparty' in name:
+            source = meta.data['Converted From']['Weights']
+            assert meta.weights == 'lect_mm+' + source, name
+            assert meta.results[0].metrics['Top 1 Accuracy'] > 0, name
+        else:
+            assert len(parts) == 2 and meta.weights is None, name
         tasks = {r.task for r in meta.results}
         assert tasks == {'Image Classification'}, name
     assert INDEX['lect-v3_stl10'][0] == 'configs/lect/lect_v3_stl10.py'

@@ -141,18 +141,29 @@ class WindowAttention2d(BaseModule):
 
         table_side = 2 * window_size - 1
         self.relative_position_bias_table = nn.Parameter(
-            torch.randn(table_side, table_side) * 0.02)
-        coords = torch.stack(
-            torch.meshgrid(
-                torch.arange(window_size),
-                torch.arange(window_size),
-                indexing='ij'),
-            dim=-1).flatten(0, 1)  # (w*w, 2) row-major (x, y)
-        rel = coords[None, :, :] - coords[:, None, :] + window_size - 1
+            torch.empty(table_side, table_side))
         self.register_buffer(
             'relative_position_index',
-            rel[..., 0] * table_side + rel[..., 1],
+            torch.empty(window_size**2, window_size**2, dtype=torch.long),
             persistent=False)
+        self.reset_parameters()
+        self.init_non_persistent_buffers()
+
+    def reset_parameters(self) -> None:
+        """The bias table: N(0, 0.02) (the reference's init)."""
+        with torch.no_grad():
+            self.relative_position_bias_table.copy_(
+                torch.randn(self.relative_position_bias_table.shape) * 0.02)
+
+    def init_non_persistent_buffers(self) -> None:
+        """The index of each (query, key) pair's offset in the table."""
+        w = self.window_size
+        coords = torch.stack(
+            torch.meshgrid(torch.arange(w), torch.arange(w), indexing='ij'),
+            dim=-1).flatten(0, 1)  # (w*w, 2) row-major (x, y)
+        rel = coords[None, :, :] - coords[:, None, :] + w - 1
+        self.relative_position_index.copy_(rel[..., 0] * (2 * w - 1) +
+                                           rel[..., 1])
 
     def relative_position_bias(self) -> torch.Tensor:
         """Return the ``(w*w, w*w)`` bias added to every head's logits."""

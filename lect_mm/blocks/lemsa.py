@@ -287,10 +287,16 @@ class LeMSAv2(PooledKeyAttention):
         self._build_output(query_upsampler, l_dim, norm_cfg)
         # Channel order of the per-head [avg, max] maps in the concatenated
         # [avg, max] map (a non-persistent buffer: not in the state dict).
-        d = l_dim // num_heads
-        order = torch.arange(2 * l_dim).view(2, num_heads, d)
         self.register_buffer(
-            'head_order', order.transpose(0, 1).flatten(), persistent=False)
+            'head_order', torch.empty(2 * l_dim, dtype=torch.long),
+            persistent=False)
+        self.init_non_persistent_buffers()
+
+    def init_non_persistent_buffers(self) -> None:
+        """``head_order``, computed from the widths (timm's name for it)."""
+        d = self.l_dim // self.num_heads
+        order = torch.arange(2 * self.l_dim).view(2, self.num_heads, d)
+        self.head_order.copy_(order.transpose(0, 1).flatten())
 
     def _pooled_heads(self, x: torch.Tensor,
                       channels_last: bool = True) -> torch.Tensor:

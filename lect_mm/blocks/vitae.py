@@ -225,8 +225,16 @@ class TokenPerformer(BaseModule):
         if self.m < 1:
             raise ValueError(f'kernel_ratio {kernel_ratio} gives no random '
                              f'features for embed_dims {embed_dims}')
-        w = nn.init.orthogonal_(torch.empty(self.m, embed_dims))
-        self.w = nn.Parameter(w * math.sqrt(self.m), requires_grad=False)
+        self.w = nn.Parameter(
+            torch.empty(self.m, embed_dims), requires_grad=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The fixed random features: orthogonal rows scaled by
+        ``sqrt(m)``."""
+        with torch.no_grad():
+            w = nn.init.orthogonal_(torch.empty(self.w.shape))
+            self.w.copy_(w * math.sqrt(self.m))
 
     def _phi(self, x: torch.Tensor) -> torch.Tensor:
         xd = (x * x).sum(dim=-1, keepdim=True) / 2

@@ -18,12 +18,14 @@ except ImportError as e:  # pragma: no cover
 import lect_mm  # noqa: E402,F401  (registers the backbones)
 from .model import ZooTimmModel  # noqa: E402
 from .weights import checkpoint_filter_fn  # noqa: E402
-from .zoo import (ZOO, config_path, model_cfg, register_zoo,  # noqa: E402
+from .zoo import (TAGS, ZOO, config_path, first_conv,  # noqa: E402
+                  mmpretrain_name, model_args, model_cfg, register_zoo,
                   takes_img_size)
 
 register_zoo()
 
 __all__ = [
-    'ZOO', 'ZooTimmModel', 'checkpoint_filter_fn', 'config_path', 'model_cfg',
+    'TAGS', 'ZOO', 'ZooTimmModel', 'checkpoint_filter_fn', 'config_path',
+    'first_conv', 'mmpretrain_name', 'model_args', 'model_cfg',
     'takes_img_size'
 ]

@@ -179,6 +179,25 @@ def test_with_cp_same_values_and_grads_nothing_recomputed_twice(
                            torch.randn(2, 3, side, side))
 
 
+@pytest.mark.parametrize('name', NAMES)
+def test_states_its_facts_and_refuses_an_unbatched_image(name):
+    """Each backbone names its stage ends and its image convolutions (what
+    lect_mm.timm reads), and refuses a (C, H, W) image by name."""
+    model = _build(name).eval()
+    taps = model.stage_taps()
+    assert len(taps) == model.num_stages
+    for tap in taps:
+        model.get_submodule(tap.module)
+    convs = model.first_conv(CASES[name][0].get('arch'))
+    for conv in (convs, ) if isinstance(convs, str) else convs:
+        assert model.get_submodule(conv).in_channels == 3, conv
+    side = INPUT_SIDES[name]
+    with pytest.raises(ValueError, match=re.escape(
+            f'{name} expected a 4-D (B, C, H, W) input, got a 3-D input of '
+            f'shape (3, {side}, {side})')):
+        model(torch.zeros(3, side, side))
+
+
 @pytest.mark.parametrize('name', NAMES + ['LeCT-v1', 'LeCT-v2', 'LeCT-v3'])
 def test_empty_batch_gives_empty_outputs_or_a_clear_error(name):
     """A (0, 3, H, W) batch gives outputs of batch 0 with the shapes of a

@@ -43,6 +43,11 @@ def test_smp_timm_encoder_segments():
     with pytest.raises(ValueError, match='output_stride=8'):
         smp.DeepLabV3Plus(encoder_name='tu-lect_v1', encoder_weights=None,
                           encoder_depth=4, encoder_output_stride=8)
+    # smp's default encoder_depth=5 asks for a 4th (stride-32) level
+    with pytest.raises(ValueError, match=r'LeCT has 3 feature levels '
+                       r'\(0 to 2, strides \[4, 8, 16\]\).*use '
+                       r'encoder_depth <= 4\.'):
+        smp.Unet('tu-lect_v1', encoder_weights=None)
 
 
 def _digit_canvases(images, n, rng, size=32, scale=2, per_canvas=2):

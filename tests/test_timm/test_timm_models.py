@@ -2,13 +2,16 @@
 config's model (parameters, names, init, logits), timm's model API and the
 features API, checked against the mmpretrain model of the same config."""
 import io
+import re
 
 import pytest
 import timm
 import torch
+from mmengine.config import Config
 from mmpretrain.registry import MODELS
 from timm.models import group_parameters
 
+from lect_mm.model_index import mim_root
 from lect_mm.timm import ZOO, model_cfg, takes_img_size
 from lect_mm.timm.zoo import register_zoo
 
@@ -118,6 +121,56 @@ def test_create_model_arguments_reach_the_backbone(capsys):
         timm.create_model('flexible_levit_64s', in_chans=1, device='meta')
 
 
+@pytest.mark.parametrize('name,config', [
+    ('lect_v1', 'lect_v1_fashion_mnist_cpu'),
+    ('lect_v3', 'lect_v3_fashion_mnist_cpu112')])
+def test_img_size_builds_the_configs_model_at_that_size(name, config):
+    """timm's img_size gives LeCT the pooled grids configs/fashion_mnist
+    gives it at that size (64: sr_ratio 4, 2, 1; 112: 7, 4, 1): same
+    weights from the same seed, same logits."""
+    cfg = Config.fromfile(str(mim_root() / 'configs' / 'fashion_mnist' /
+                              f'{config}.py')).model.to_dict()
+    cfg.pop('data_preprocessor', None)
+    side = 112 if config.endswith('112') else 64
+    torch.manual_seed(0)
+    model = timm.create_model(name, img_size=side).eval()
+    torch.manual_seed(0)
+    ref = MODELS.build(cfg)
+    ref.init_weights()
+    ref.eval()
+    assert [s.blocks[0].attn.sr_ratio for s in model.backbone.stages] == \
+        [c['sr_ratio'] for c in cfg['backbone']['attn_cfg']]
+    x = torch.randn(2, 3, side, side)
+    with torch.no_grad():
+        assert torch.equal(model(x), ref(x))
+
+
+def test_set_input_size_is_create_model_at_that_size():
+    """set_input_size keeps the weights (resampling CCT's position
+    embedding as mmpretrain's resize_pos_embed does) and gives the model
+    create_model(img_size=...) builds; LeCT v3's kernels refuse."""
+    from mmpretrain.models.utils import resize_pos_embed
+    torch.manual_seed(0)
+    for name, old, new in (('cct_2_3x2', 32, 48), ('lect_v1', 224, 64)):
+        model = timm.create_model(name).eval()
+        state = model.state_dict()
+        model.set_input_size(new)
+        built = timm.create_model(name, img_size=new).eval()
+        assert model.model_cfg == built.model_cfg
+        if name == 'cct_2_3x2':
+            state['backbone.pos_embed'] = resize_pos_embed(
+                state['backbone.pos_embed'], (old // 4, ) * 2,
+                (new // 4, ) * 2, mode='bicubic', num_extra_tokens=0)
+        built.load_state_dict(state)
+        x = torch.randn(1, 3, new, new)
+        with torch.no_grad():
+            assert torch.equal(model(x), built(x))
+        # recorded as timm's own set_input_size records it
+        assert timm.models.get_model_traits(model)['img_size'] == (new, new)
+    with pytest.raises(ValueError, match='LeCT keeps no rule to carry'):
+        timm.create_model('lect_v3', device='meta').set_input_size(64)
+
+
 def test_head_api():
     torch.manual_seed(0)
     model = timm.create_model('lect_v1', drop_rate=0.).eval()
@@ -137,7 +190,7 @@ def test_head_api():
         model.reset_classifier(0, '')
         assert model(x).shape == (2, 192, 4, 4)
     with pytest.raises(ValueError, match='global_pool'):
-        model.reset_classifier(3, 'max')
+        model.reset_classifier(3, 'seq')
     ceit = timm.create_model('ceit_ref', device='meta')
     assert ceit.forward_features(torch.empty(1, 3, 64, 64,
                                              device='meta')).shape == (1, 112)
@@ -194,6 +247,90 @@ def test_features_only_and_vitae_intermediates():
         assert channels == ([64, 128, 192] if not kwargs else [64, 192])
         assert features.feature_info.reduction() == (
             [4, 8, 16] if not kwargs else [4, 16])
+
+
+def test_timm_pool_types_on_maps():
+    """global_pool takes timm's types where the backbone returns a map
+    (SelectAdaptivePool2d before the classifier; catavgmax doubles its
+    input); a backbone that pools itself keeps its own pooling."""
+    torch.manual_seed(0)
+    model = timm.create_model('flexible_levit_64s', global_pool='max').eval()
+    x = torch.randn(2, 3, 224, 224)
+    with torch.no_grad():
+        feats = model.forward_features(x)
+    avg, top = feats.mean((2, 3)), feats.amax((2, 3))
+    for pool, pooled in (('max', top), ('avgmax', (avg + top) / 2),
+                         ('catavgmax', torch.cat([avg, top], 1))):
+        if pool != 'max':
+            model.reset_classifier(10, pool)
+        assert model.head.global_pool == pool
+        assert model.head_hidden_size == pooled.shape[1]
+        assert model.get_classifier().linear.in_features == pooled.shape[1]
+        with torch.no_grad():
+            torch.testing.assert_close(
+                model.forward_head(feats, pre_logits=True), pooled)
+            torch.testing.assert_close(model(x),
+                                       model.get_classifier()(pooled))
+    with pytest.raises(ValueError, match=r"global_pool must be one of "
+                       r"\['seq', ''\] for this model, got 'max'"):
+        timm.create_model('cct_2_3x2', global_pool='max', device='meta')
+
+
+def test_an_image_without_batch_or_of_another_size_is_named():
+    """One (C, H, W) image, as torch's convolutions would take it, and a
+    LeViT at a size it is not built for: errors that name the argument."""
+    model = timm.create_model('lect_v1', device='meta')
+    with pytest.raises(ValueError, match=re.escape(
+            'LeCT expected a 4-D (B, C, H, W) input, got a 3-D input of '
+            'shape (3, 64, 64) (one image without its batch dimension')):
+        model(torch.empty(3, 64, 64, device='meta'))
+    levit = timm.create_model('flexible_levit_64s', device='meta')
+    with pytest.raises(ValueError, match=re.escape(
+            'FlexibleLeViT is built for img_size=224 (a 14x14 grid after '
+            'its stride-16 patch embedding) but got a (4, 4) grid from a '
+            '(64, 64) input')):
+        levit(torch.empty(1, 3, 64, 64, device='meta'))
+    levit = timm.create_model('flexible_levit_64s', img_size=64,
+                              device='meta').eval()
+    assert levit(torch.empty(1, 3, 64, 64, device='meta')).shape == (1, 10)
+
+
+# one per backbone with tensors of its own (LeMSAv2's head order, CeiT's
+# layer position embedding, CCT's sinusoid, LeViT's bias indices, ViTAE's
+# random features)
+@pytest.mark.parametrize('name,kwargs', [
+    ('lect_v2', {}), ('ceit_ref', {}),
+    ('cct_2_3x2', dict(positional_embedding='sine')),
+    ('flexible_levit_64s', {}), ('vitae_xs', {})])
+def test_meta_build_materialised_is_initialised_as_a_build(name, kwargs):
+    """create_model(device='meta'), to_empty(), init_weights(): every
+    parameter and buffer has the values of a normal build (constants and
+    indices exactly; random tensors the same spread), and the forward is
+    finite."""
+    torch.manual_seed(0)
+    ref = timm.create_model(name, **kwargs).eval()
+    model = timm.create_model(name, device='meta', **kwargs)
+    model.to_empty(device='cpu')
+    with torch.no_grad():  # what to_empty leaves may be anything
+        for t in (*model.parameters(), *model.buffers()):
+            t.fill_(float('nan') if t.is_floating_point() else -1)
+    model.init_weights()
+    ours = model.eval().state_dict(keep_vars=True)
+    ours.update(dict(model.named_buffers()))  # non-persistent ones too
+    theirs = dict(ref.state_dict(keep_vars=True), **dict(
+        ref.named_buffers()))
+    assert ours.keys() == theirs.keys()
+    for k, v in theirs.items():
+        w = ours[k].detach()
+        v = v.detach()
+        if not v.is_floating_point() or (v == v.flatten()[0]).all():
+            assert torch.equal(w, v), k
+        elif v.numel() >= 256:
+            assert 0.7 < w.std() / v.std() < 1.4, k
+        assert torch.isfinite(w.float()).all(), k
+    side = {'cct_2_3x2': 32, 'flexible_levit_64s': 224}.get(name, 64)
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.randn(2, 3, side, side))).all()
 
 
 def test_grad_checkpointing_is_with_cp():

@@ -8,17 +8,23 @@ Usage::
 CKPT is a checkpoint of ``tools/train.py`` (or any file holding the
 mmpretrain model's state dict, plain or under ``'state_dict'``); MODEL is the
 timm name of its model (``lect_v1``, ``ceit_t``, ... see ``docs/timm.md``).
-The number of classes and input channels are read from the weights; the
-model is built with ``timm.create_model(MODEL, pretrained=True,
-pretrained_cfg_overlay=dict(file=CKPT, ...))``, which loads it strictly, and
-written by timm's own ``save_for_hf``: ``OUT_DIR/config.json`` and
-``OUT_DIR/model.safetensors``. ``timm.create_model('local-dir:OUT_DIR',
-pretrained=True)`` loads it (and so does the Hub, once uploaded).
+The model's architecture is the config's: ``--config CONFIG`` (the training
+config) or, without it, the one the checkpoint records (``meta.cfg``, which
+mmengine's runner writes); a file that records none needs ``--config``, and a
+config whose model MODEL cannot build (another head, arch, ...) or that
+differs from the recorded one is refused. Every backbone argument in which
+the config differs from MODEL's (``attn_cfg``, ``img_size``, ...), the
+classes and the input channels are passed to ``timm.create_model(MODEL,
+pretrained=True, pretrained_cfg_overlay=dict(file=CKPT, ...))``, which
+loads the weights strictly, and written by timm's own ``save_for_hf`` into
+``OUT_DIR/config.json`` (``model_args``) beside ``OUT_DIR/model.safetensors``.
+``timm.create_model('local-dir:OUT_DIR', pretrained=True)`` builds the same
+model from them (and so does the Hub, once uploaded).
 
-``--config`` names the training config, whose ``data_preprocessor`` mean
-and std go into the exported preprocessing (default: the zoo's CIFAR-10
-values); ``--img-size`` the input side it was trained at (default: the
-model's, 224; CCT 32).
+The config's ``data_preprocessor`` mean and std go into the exported
+preprocessing (none: the zoo's CIFAR-10 values); ``--img-size`` is the input
+side it was trained at (default: the backbone's ``img_size``, else the
+model's default, 224; CCT 32).
 """
 import argparse
 import sys
@@ -31,41 +37,47 @@ def export(checkpoint: str, name: str, out_dir: str, config=None,
     """Convert ``checkpoint`` of zoo model ``name`` into ``out_dir``;
     returns the timm model."""
     import timm
-    from timm.models import load_state_dict, save_for_hf
+    from mmengine.config import Config
+    from timm.models import save_for_hf
 
     import lect_mm.timm  # noqa: F401  (registers the zoo's names)
-    from lect_mm.timm import ZOO, checkpoint_filter_fn, takes_img_size
+    from lect_mm.timm import ZOO, model_args
+    from lect_mm.timm.weights import config_differences, recorded_config
     if name not in ZOO:
         raise SystemExit(f'{name!r} is not a lect_mm timm model; choose '
                          f'from {sorted(ZOO)}.')
-    entry = ZOO[name]
-    state_dict = checkpoint_filter_fn(load_state_dict(checkpoint))
-    first_conv = entry.first_conv if isinstance(
-        entry.first_conv, str) else entry.first_conv[0]
-    in_chans = state_dict[first_conv + '.weight'].shape[1]
-    num_classes = state_dict[entry.classifier + '.weight'].shape[0]
-    side = img_size or entry.input_size
+    recorded = recorded_config(
+        torch.load(checkpoint, map_location='cpu', weights_only=True))
+    cfg = Config.fromfile(config) if config is not None else recorded
+    if cfg is None or 'model' not in cfg:
+        raise SystemExit(
+            f'{checkpoint} records no config (meta.cfg): pass --config, the '
+            'config it was trained with, so that its architecture goes '
+            'into config.json.')
+    if recorded is not None and config is not None:
+        diffs = config_differences(recorded.model.to_dict(),
+                                   cfg.model.to_dict())
+        if diffs:
+            raise SystemExit(f'{config} is not the config {checkpoint} was '
+                             'trained with: ' + '; '.join(diffs))
+    try:
+        args = model_args(name, cfg.model.to_dict())
+    except ValueError as e:
+        raise SystemExit(f'{checkpoint}: {e}')
+    side = img_size or args.get('img_size') or ZOO[name].input_size
+    side = side[0] if isinstance(side, (list, tuple)) else side
     overlay = dict(
         file=checkpoint,
-        num_classes=num_classes,
-        input_size=(in_chans, side, side))
-    if config is not None:
-        from mmengine.config import Config
-        pre = Config.fromfile(config).get('data_preprocessor') or {}
-        if 'mean' in pre and 'std' in pre:
-            overlay.update(
-                mean=tuple(m / 255 for m in pre['mean']),
-                std=tuple(s / 255 for s in pre['std']))
-    kwargs = {}
-    if img_size is not None and takes_img_size(name):
-        kwargs['img_size'] = img_size
+        num_classes=args['num_classes'],
+        input_size=(args['in_chans'], side, side))
+    pre = cfg.get('data_preprocessor') or cfg.model.get(
+        'data_preprocessor') or {}
+    if 'mean' in pre and 'std' in pre:
+        overlay.update(
+            mean=tuple(m / 255 for m in pre['mean']),
+            std=tuple(s / 255 for s in pre['std']))
     model = timm.create_model(
-        name,
-        pretrained=True,
-        num_classes=num_classes,
-        in_chans=in_chans,
-        pretrained_cfg_overlay=overlay,
-        **kwargs)
+        name, pretrained=True, pretrained_cfg_overlay=overlay, **args)
     save_for_hf(model, out_dir, safe_serialization=True)
     return model
 
@@ -77,8 +89,8 @@ def main(argv=None):
     parser.add_argument('checkpoint', help='lect_mm / mmpretrain checkpoint')
     parser.add_argument('model', help='timm name of its model, e.g. lect_v1')
     parser.add_argument('out_dir', help='output folder')
-    parser.add_argument('--config', help='training config (mean and std of '
-                        'its data_preprocessor)')
+    parser.add_argument('--config', help='training config (default: the one '
+                        'the checkpoint records)')
     parser.add_argument('--img-size', type=int, help='training input side')
     args = parser.parse_args(argv)
     model = export(args.checkpoint, args.model, args.out_dir, args.config,

@@ -17,7 +17,7 @@ from mmpretrain.registry import MODELS
 from lect_mm.blocks.alternet import AlterNetMSABlock, PreActBasicBlock
 from lect_mm.blocks.utils import check_choice
 from lect_mm.models.utils import STEM_TYPES, check_per_stage, parse_arch
-from .base_backbone import ZooBackbone
+from .base_backbone import StageTap, ZooBackbone, map_output
 
 
 @MODELS.register_module()
@@ -86,6 +86,7 @@ class AlterNet(ZooBackbone):
         },
     }
     essential_keys = ('depths', 'msa_depths', 'num_heads', 'channels')
+    FIRST_CONV = 'stem.0'
 
     def __init__(self,
                  arch: Union[str, dict] = '18',
@@ -200,6 +201,7 @@ class AlterNet(ZooBackbone):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """Return ``act(norm_i(stage_i))`` for each ``i`` in out_indices."""
+        self.check_input(x)
         self.check_input_size(tuple(x.shape[-2:]))
         x = self.stem(x)
         outs = []
@@ -212,3 +214,15 @@ class AlterNet(ZooBackbone):
     def stem_and_stages(self):
         return ['stem'], [[f'layer{i + 1}', f'norm{i}']
                           for i in range(self.num_stages)]
+
+    def stage_taps(self):
+        """The stages' outputs; the last one after its norm + ReLU (the
+        classifier's input), as timm's pre-activation ResNets read it."""
+        taps = [
+            StageTap(f'layer{i + 1}', map_output, c, r)
+            for i, (c, r) in enumerate(zip(self.channels, self.stage_strides))
+        ]
+        last = self.num_stages - 1
+        if last in self.out_indices:
+            taps[last].module = 'act'
+        return taps

@@ -8,18 +8,87 @@ the constructor tail (``out_indices``, ``frozen_stages``, ``norm_eval``,
 gradient checkpointing of blocks and the token -> map layout of outputs.
 A subclass names its stem and stages once (:meth:`stem_and_stages`); both
 ``frozen_stages`` and the layer-wise learning-rate decay read them.
+
+A backbone also states the facts that front doors other than mmpretrain's
+read (``lect_mm.timm``): where each stage's output is read
+(:meth:`ZooBackbone.stage_taps`), how a backbone that pools itself splits
+into features and pooling (:meth:`ZooBackbone.head_pool`), whether it is
+built for one input size (``takes_img_size``) and which convolutions read
+the image (:meth:`ZooBackbone.first_conv`). Adding a backbone touches only
+its own file.
 """
+from dataclasses import dataclass
 from functools import reduce
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 from mmpretrain.models.backbones.base_backbone import BaseBackbone
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from lect_mm.blocks.functional import tokens_to_map
 from lect_mm.blocks.utils import run_checkpointed
 from lect_mm.models.utils import (check_frozen_stages, freeze,
                                   parse_out_indices, parse_pooled_out)
+
+
+@dataclass
+class StageTap:
+    """Where the output of one stage is read.
+
+    The backbones return only the outputs of their ``out_indices``; a
+    feature API that asks for any stage of the same model reads the stage
+    outputs with a forward hook on the module that ends each stage, during
+    the backbone's own forward.
+
+    Attributes:
+        module (str): Path of the module that ends the stage, inside the
+            backbone.
+        to_map (callable): ``(args, output) -> (B, C, H, W)`` from the
+            arguments that module was called with and what it returned.
+        num_chs (int): Channels of the map.
+        reduction (int): Stride of the map from the input.
+    """
+    module: str
+    to_map: Callable
+    num_chs: int
+    reduction: int
+
+
+@dataclass
+class HeadPool:
+    """The pooling of a backbone that pools itself from its last map (CeiT
+    with GAP, CCT), split as timm's ``forward_features`` / ``forward_head``.
+
+    Attributes:
+        name (str): Its ``global_pool`` name.
+        features (callable): ``map -> (B, C, H, W)``: the map the pooling
+            reads, from the last stage's tap.
+        pool (callable): ``map -> (B, C)``: the backbone's pooling on it.
+    """
+    name: str
+    features: Callable
+    pool: Callable
+
+
+def map_output(args, out: torch.Tensor) -> torch.Tensor:
+    """A :class:`StageTap` ``to_map`` for a module that returns a map."""
+    return out
+
+
+def token_output(args, out: torch.Tensor, extra: int = 0) -> torch.Tensor:
+    """A :class:`StageTap` ``to_map`` for a block called as
+    ``block(x, hw_shape)`` on ``(B, extra + H * W, C)`` tokens."""
+    return tokens_to_map(out[:, extra:], args[1])
+
+
+def cumulative_strides(strides: Sequence[int], first: int = 1) -> List[int]:
+    """The stride from the input after each of ``strides``."""
+    out, total = [], first
+    for s in strides:
+        total *= s
+        out.append(total)
+    return out
 
 
 class ZooBackbone(BaseBackbone):
@@ -71,6 +140,26 @@ class ZooBackbone(BaseBackbone):
     stage_name = 'stages'
     #: The ``out_type`` choices of a backbone with a pooled output.
     OUT_TYPES: Tuple[str, ...] = ()
+    #: Whether ``__init__`` takes ``img_size``, the input size the backbone
+    #: is built for (False: it takes any size and has no such argument).
+    takes_img_size = False
+    #: Whether that ``img_size`` is one int (square inputs only).
+    square_img_size = False
+    #: The input channels of a backbone without an ``in_channels`` argument
+    #: (None: it has one).
+    fixed_in_channels: Optional[int] = None
+    #: Path of the convolution that reads the image (see :meth:`first_conv`).
+    FIRST_CONV = ''
+    #: Arguments that change no parameter and no eval-mode output (drop
+    #: rates, checkpointing, freezing, init, which outputs are returned): a
+    #: checkpoint's recorded config may differ from a model's in these.
+    TRAINING_ARGS: Tuple[str, ...] = ('drop_rate', 'attn_drop_rate',
+                                      'drop_path_rate', 'with_cp',
+                                      'frozen_stages', 'norm_eval',
+                                      'init_cfg', 'out_indices')
+    #: The other checkpoint layout :meth:`convert_foreign` takes (the
+    #: authors' code), for messages; None: none.
+    FOREIGN_LAYOUT: Optional[str] = None
 
     def __init__(self,
                  num_stages: int,
@@ -105,6 +194,104 @@ class ZooBackbone(BaseBackbone):
         not build (None) is skipped."""
         raise NotImplementedError(
             f'{type(self).__name__} must name its stem and stages.')
+
+    @classmethod
+    def first_conv(cls, arch=None) -> Union[str, Tuple[str, ...]]:
+        """The convolutions that read the image, as paths inside the
+        backbone (timm's ``first_conv``, by which a checkpoint's stem is
+        adapted to other input channels), for ``arch`` (a key of
+        ``arch_zoo`` or a dict)."""
+        return cls.FIRST_CONV
+
+    @classmethod
+    def cfg_at_size(cls, cfg: dict, img_size) -> dict:
+        """The config of this backbone for ``img_size`` inputs: the model
+        the project's configs use at that size (timm's ``img_size``). Here
+        ``cfg`` with ``img_size`` set (an int where the backbone takes only
+        square inputs); LeCT also sets its pooled grids.
+
+        Args:
+            cfg (dict): A config of this backbone.
+            img_size (int | Sequence[int]): The input size.
+        """
+        if not cls.takes_img_size:
+            raise ValueError(f'{cls.__name__} takes any input size and has '
+                             'no img_size.')
+        if isinstance(img_size, (list, tuple)):
+            img_size = tuple(int(s) for s in img_size)
+            if cls.square_img_size:
+                if len(img_size) != 2 or img_size[0] != img_size[1]:
+                    raise ValueError(
+                        f'{cls.__name__} takes square inputs only: '
+                        f'img_size must be an int, got {img_size}.')
+                img_size = img_size[0]
+        return dict(cfg, img_size=img_size)
+
+    def resized_state_dict(self, state_dict: dict, source: nn.Module) -> dict:
+        """``state_dict`` of ``source``, the same backbone built for another
+        ``img_size``, for this one. Here every tensor must keep its shape
+        (a ValueError names those that do not); CeiT and CCT resample their
+        position embeddings."""
+        own = self.state_dict()
+        changed = sorted(k for k, v in state_dict.items()
+                         if k in own and own[k].shape != v.shape)
+        if changed:
+            raise ValueError(
+                f'{type(self).__name__} keeps no rule to carry {changed} to '
+                'another img_size: build the model with that img_size '
+                'instead.')
+        return state_dict
+
+    @classmethod
+    def convert_foreign(cls, state_dict: dict) -> Optional[dict]:
+        """A classifier's state dict in :attr:`FOREIGN_LAYOUT` -> the state
+        dict of an mmpretrain ``ImageClassifier`` with this backbone
+        (``backbone.*``, ``head.*``); None when ``state_dict`` is not in
+        that layout."""
+        return None
+
+    @staticmethod
+    def zoo_classes() -> List[type]:
+        """Every zoo backbone class (the subclasses, recursively)."""
+        found, todo = [], list(ZooBackbone.__subclasses__())
+        while todo:
+            found.append(todo.pop(0))
+            todo.extend(found[-1].__subclasses__())
+        return found
+
+    @staticmethod
+    def foreign_layout_of(state_dict: dict) -> Optional[type]:
+        """The zoo backbone whose authors' layout ``state_dict`` is in
+        (its :meth:`convert_foreign` takes it); None if none."""
+        for cls in ZooBackbone.zoo_classes():
+            if cls.convert_foreign(state_dict) is not None:
+                return cls
+        return None
+
+    def stage_taps(self) -> List[StageTap]:
+        """One :class:`StageTap` per stage, in order."""
+        raise NotImplementedError(
+            f'{type(self).__name__} must name where its stages end.')
+
+    def head_pool(self) -> Optional[HeadPool]:
+        """The :class:`HeadPool` of a backbone that pools itself from its
+        last map; None for one that returns maps, or that pools from more
+        than one map (CeiT's LCA over every block's class token)."""
+        return None
+
+    def reset_parameters(self) -> None:
+        """Give every parameter and buffer the value the constructors give
+        it, for a backbone built on the meta device and materialised with
+        ``to_empty()`` (before :meth:`init_weights`): each submodule's
+        ``reset_parameters`` and ``init_non_persistent_buffers`` (torch's
+        and timm's names; the zoo's blocks with tensors of their own have
+        them). A subclass with parameters of its own resets them too."""
+        for m in self.modules():
+            if m is self:
+                continue
+            for method in ('reset_parameters', 'init_non_persistent_buffers'):
+                if hasattr(m, method):
+                    getattr(m, method)()
 
     def _part(self, name: str):
         return reduce(lambda obj, attr: getattr(obj, attr, None),
@@ -166,6 +353,18 @@ class ZooBackbone(BaseBackbone):
             rates[sum(depths[:i]):sum(depths[:i + 1])]
             for i in range(len(depths))
         ]
+
+    def check_input(self, x: torch.Tensor) -> None:
+        """Refuse anything but a ``(B, C, H, W)`` batch of images, before
+        a layer fails on it with an error that does not name the input
+        (torch's convolutions take an unbatched ``(C, H, W)`` image, the
+        token blocks after them do not)."""
+        if x.dim() != 4:
+            hint = (' (one image without its batch dimension: add it with '
+                    'x.unsqueeze(0))' if x.dim() == 3 else '')
+            raise ValueError(
+                f'{type(self).__name__} expected a 4-D (B, C, H, W) input, '
+                f'got a {x.dim()}-D input of shape {tuple(x.shape)}{hint}.')
 
     def run_block(self, block: nn.Module, x: torch.Tensor, *args):
         """``block(x, *args)`` under the backbone's ``with_cp``

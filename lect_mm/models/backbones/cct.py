@@ -1,18 +1,20 @@
 """Compact Convolutional Transformer backbone (Hassani et al., 2021)."""
+import re
 from typing import Optional, Union
 
 import torch
 import torch.nn as nn
 from mmcv.cnn import build_norm_layer
 from mmengine.model.weight_init import trunc_normal_
+from mmpretrain.models.utils import resize_pos_embed
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.cct import CCTEncoderLayer, CCTTokenizer, SeqPool
 from lect_mm.blocks.dropout import FastDropout
-from lect_mm.blocks.functional import tokens_to_map
+from lect_mm.blocks.functional import map_to_tokens, tokens_to_map
 from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, is_pretrained,
                                   parse_arch)
-from .base_backbone import ZooBackbone
+from .base_backbone import HeadPool, StageTap, ZooBackbone, token_output
 
 
 def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
@@ -25,6 +27,24 @@ def _sinusoid_table(num_tokens: int, dims: int) -> torch.Tensor:
     table[:, 0::2] = torch.sin(table[:, 0::2])
     table[:, 1::2] = torch.cos(table[:, 1::2])
     return table.unsqueeze(0)
+
+
+#: SHI-Labs/Compact-Transformers' keys (``src/cct.py``: ``tokenizer`` and
+#: ``classifier = TransformerClassifier``) -> an ImageClassifier's with CCT.
+_SHI_LABS_KEYS = (
+    (r'^tokenizer\.', 'backbone.tokenizer.'),
+    (r'^classifier\.positional_emb$', 'backbone.pos_embed'),
+    (r'^classifier\.attention_pool\.', 'backbone.seq_pool.attention_pool.'),
+    (r'^classifier\.blocks\.(\d+)\.self_attn\.', r'backbone.layers.\1.attn.'),
+    (r'^classifier\.blocks\.(\d+)\.linear1\.',
+     r'backbone.layers.\1.ffn.layers.0.0.'),
+    (r'^classifier\.blocks\.(\d+)\.linear2\.',
+     r'backbone.layers.\1.ffn.layers.1.'),
+    (r'^classifier\.blocks\.(\d+)\.(pre_norm|norm1)\.',
+     r'backbone.layers.\1.\2.'),
+    (r'^classifier\.norm\.', 'backbone.norm.'),
+    (r'^classifier\.fc\.', 'head.fc.'),
+)
 
 
 @MODELS.register_module()
@@ -104,6 +124,10 @@ class CCT(ZooBackbone):
     POS_EMBEDS = ('learnable', 'sine', 'none')
     OUT_TYPES = ('pooled', 'featmap')
     stage_name = 'layers'
+    takes_img_size = True
+    square_img_size = True
+    FIRST_CONV = 'tokenizer.conv_layers.0.0'
+    FOREIGN_LAYOUT = "SHI-Labs' Compact-Transformers layout"
 
     def __init__(self,
                  arch: Union[str, dict] = '7_3x1',
@@ -178,12 +202,83 @@ class CCT(ZooBackbone):
         if self.positional_embedding == 'learnable':
             trunc_normal_(self.pos_embed, std=0.2)
 
+    def reset_parameters(self):
+        """The submodules', then the position embedding as built: zeros
+        (``init_weights`` draws a learnable one) or the sinusoid."""
+        super().reset_parameters()
+        if self.pos_embed is None:
+            return
+        with torch.no_grad():
+            if self.positional_embedding == 'sine':
+                self.pos_embed.copy_(
+                    _sinusoid_table(*self.pos_embed.shape[1:]))
+            else:
+                self.pos_embed.zero_()
+
     def stem_and_stages(self):
         stages = [[f'layers.{i}'] for i in range(self.num_layers)]
         stages[-1] += ['norm', 'seq_pool']
         return ['tokenizer', 'pos_embed', 'drop_after_pos'], stages
 
+    def resized_state_dict(self, state_dict, source):
+        """A learnable position embedding resampled to this grid
+        (mmpretrain's ``resize_pos_embed``, bicubic); a sinusoid is this
+        backbone's own table."""
+        state_dict = dict(state_dict)
+        if self.positional_embedding == 'learnable':
+            state_dict['pos_embed'] = resize_pos_embed(
+                state_dict['pos_embed'], source.patch_resolution,
+                self.patch_resolution, mode='bicubic', num_extra_tokens=0)
+        elif self.positional_embedding == 'sine':
+            state_dict['pos_embed'] = self.pos_embed.detach().clone()
+        return super().resized_state_dict(state_dict, source)
+
+    @classmethod
+    def convert_foreign(cls, state_dict):
+        """The CCT authors' classifier (SHI-Labs/Compact-Transformers
+        ``src/cct.py``, its published weights): ``tokenizer.*`` and
+        ``classifier.{positional_emb, blocks.N, norm, attention_pool,
+        fc}``, mapped onto an ImageClassifier with CCT and a
+        ``LinearClsHead`` (``self_attn`` -> ``attn``, ``linear1`` /
+        ``linear2`` -> the FFN's layers)."""
+        if 'classifier.attention_pool.weight' not in state_dict:
+            return None
+        out, unmapped = {}, []
+        for key, value in state_dict.items():
+            for pattern, repl in _SHI_LABS_KEYS:
+                new, n = re.subn(pattern, repl, key)
+                if n:
+                    out[new] = value
+                    break
+            else:
+                unmapped.append(key)
+        if unmapped:
+            raise ValueError(f'{len(unmapped)} key(s) of the SHI-Labs CCT '
+                             f'layout have no mapping: {unmapped[:10]}')
+        return out
+
+    def stage_taps(self):
+        """The tokens after each layer (the last one before the norm)."""
+        reduction = self.img_size // self.patch_resolution[0]
+        return [
+            StageTap(f'layers.{i}', token_output, self.embed_dims, reduction)
+            for i in range(self.num_layers)
+        ]
+
+    def head_pool(self):
+        """The norm on the last layer's tokens, then SeqPool."""
+        if self.seq_pool is None:
+            return None
+        return HeadPool('seq', self._norm_map, self._seq_pool_map)
+
+    def _norm_map(self, x: torch.Tensor) -> torch.Tensor:
+        return tokens_to_map(self.norm(map_to_tokens(x)), x.shape[-2:])
+
+    def _seq_pool_map(self, x: torch.Tensor) -> torch.Tensor:
+        return self.seq_pool(x)
+
     def forward(self, x: torch.Tensor) -> tuple:
+        self.check_input(x)
         in_hw = tuple(x.shape[-2:])
         x, hw_shape = self.tokenizer(x)
         if self.pos_embed is not None:

@@ -1,4 +1,5 @@
 """CeiT backbone (Yuan et al., ICCV 2021) with the LeCT report's variants."""
+from functools import partial
 from typing import Sequence, Union
 
 import torch
@@ -13,7 +14,11 @@ from lect_mm.blocks.dropout import FastDropout
 from lect_mm.blocks.functional import map_to_tokens, tokens_to_map
 from lect_mm.models.utils import (TRUNC_NORMAL_INIT_CFG, is_pretrained,
                                   parse_arch)
-from .base_backbone import ZooBackbone
+from .base_backbone import HeadPool, StageTap, ZooBackbone, token_output
+
+
+def _same(x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 @MODELS.register_module()
@@ -109,6 +114,8 @@ class CeiT(ZooBackbone):
     essential_keys = ('i2t_channels', 'embed_dims', 'num_layers',
                       'num_heads', 'ffn_ratio', 'pooling')
     POOLINGS = ('lca', 'gap')
+    takes_img_size = True
+    FIRST_CONV = 'i2t.conv'
     OUT_TYPES = ('pooled', 'featmap')
     stage_name = 'blocks'
 
@@ -220,11 +227,51 @@ class CeiT(ZooBackbone):
         if self.cls_token is not None:
             trunc_normal_(self.cls_token, std=0.02)
 
+    def reset_parameters(self):
+        """The submodules', then the class token and the position
+        embeddings: zeros, as built (``init_weights`` draws two of them)."""
+        super().reset_parameters()
+        with torch.no_grad():
+            for p in (self.cls_token, self.pos_embed, self.pos_layer_embed):
+                if p is not None:
+                    p.zero_()
+
     def stem_and_stages(self):
         stages = [[f'layers.{i}'] for i in range(self.num_layers)]
         stages[-1] += ['pos_layer_embed', 'lca', 'norm']
         return ['i2t', 'proj', 'cls_token', 'pos_embed',
                 'drop_after_pos'], stages
+
+    def resized_state_dict(self, state_dict, source):
+        """``source``'s position embedding resampled to this grid
+        (mmpretrain's ``resize_pos_embed``, bicubic, as the forward does
+        for other input sizes)."""
+        state_dict = dict(state_dict)
+        state_dict['pos_embed'] = resize_pos_embed(
+            state_dict['pos_embed'], source.patch_resolution,
+            self.patch_resolution, mode='bicubic',
+            num_extra_tokens=self.num_extra_tokens)
+        return super().resized_state_dict(state_dict, source)
+
+    def stage_taps(self):
+        """The patch tokens after each block (un-normalised: CeiT has no
+        norm on them)."""
+        reduction = 224 // self.i2t.output_size(224) * self.proj.stride[0]
+        to_map = partial(token_output, extra=self.num_extra_tokens)
+        return [
+            StageTap(f'layers.{i}', to_map, self.embed_dims, reduction)
+            for i in range(self.num_layers)
+        ]
+
+    def head_pool(self):
+        """``pooling='gap'``: the mean of the last patch tokens, then the
+        norm (None with LCA, which pools every block's class token)."""
+        if self.norm is None or self.lca is not None:
+            return None
+        return HeadPool('avg', _same, self._mean_norm)
+
+    def _mean_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(map_to_tokens(x).mean(dim=1))
 
     def _pooled(self, x: torch.Tensor, cls_tokens: list) -> torch.Tensor:
         if self.pooling == 'lca':
@@ -233,6 +280,7 @@ class CeiT(ZooBackbone):
         return self.norm(x.mean(dim=1))
 
     def forward(self, x: torch.Tensor) -> tuple:
+        self.check_input(x)
         x = self.proj(self.i2t(x))
         hw_shape = x.shape[-2:]
         x = map_to_tokens(x)

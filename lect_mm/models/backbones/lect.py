@@ -22,8 +22,10 @@ from lect_mm.blocks.deploy import FuseConvBNMixin
 from lect_mm.blocks.functional import is_exporting, tokens_to_map
 from lect_mm.blocks.utils import (accepted_args, check_norm_cfg, conv_out_size,
                                   set_defaults, to_pair)
+from lect_mm.models.convert import convert_lect_ref
 from lect_mm.models.utils import TRUNC_NORMAL_INIT_CFG, parse_arch
-from .base_backbone import ZooBackbone
+from .base_backbone import (StageTap, ZooBackbone, cumulative_strides,
+                            map_output)
 
 
 def _registered(type_) -> Optional[type]:
@@ -259,6 +261,9 @@ class LeCT(ZooBackbone):
             dict(type='SVConvTransposeUpsampler', cr_ratio=0.1)))
     essential_keys = ('embed_dims', 'depths', 'num_heads', 'ffn_ratios',
                       'attn_cfgs')
+    takes_img_size = True
+    FIRST_CONV = 'stages.0.patch_embed.proj'
+    FOREIGN_LAYOUT = "the LeCT author's reference layout"
 
     def __init__(self,
                  arch: Union[str, dict] = 'v1',
@@ -396,6 +401,7 @@ class LeCT(ZooBackbone):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """Return the normalised ``(B, C, H, W)`` maps of ``out_indices``."""
+        self.check_input(x)
         size = tuple(x.shape[-2:])
         if (self.training and self._fixed_grid and size != self.img_size
                 and not self._warned_size):
@@ -420,6 +426,69 @@ class LeCT(ZooBackbone):
     def stem_and_stages(self):
         return ['stages.0.patch_embed'], [[f'stages.{i}']
                                           for i in range(self.num_stages)]
+
+    @classmethod
+    def cfg_at_size(cls, cfg, img_size):
+        """``cfg`` for ``img_size`` inputs, with each LeMSA stage's pooled
+        grid set as the project's configs set it at that size
+        (``configs/fashion_mnist``): the grid the arch pools to at 224 (v1,
+        v3: 4x4, 4x4, 7x7), capped at the stage's map, with
+        ``sr_ratio = ceil(n / grid)`` for a stage map of side ``n`` (the
+        shorter side; ceil-mode pooling). 64: sr_ratio 4, 2, 1; 112: 7, 4,
+        1; 224: the arch's. A stage whose ``attn_cfg`` sets ``sr_ratio``,
+        ``pool_size`` or ``type`` keeps it."""
+        cfg = super().cfg_at_size(cfg, img_size)
+        arch = cls._parse_arch(cfg.get('arch', 'v1'))
+        num_stages = len(arch['embed_dims'])
+        overrides = cfg.get('attn_cfg') or {}
+        overrides = [dict(o or {}) for o in (
+            [overrides] * num_stages if isinstance(overrides, dict)
+            else overrides)]
+        at_224 = cls._stage_sizes(arch, (224, 224))
+        here = cls._stage_sizes(arch, to_pair(img_size, 'img_size'))
+        changed = False
+        for i, attn in enumerate(arch['attn_cfgs']):
+            sr = attn.get('sr_ratio')
+            if sr is None or {'sr_ratio', 'pool_size', 'type'} & set(
+                    overrides[i]):
+                continue
+            grid = -(-min(at_224[i]) // sr)
+            side = min(here[i])
+            new_sr = -(-side // min(grid, side))
+            if new_sr != sr:
+                overrides[i]['sr_ratio'] = new_sr
+                changed = True
+        if changed:
+            cfg['attn_cfg'] = overrides
+        return cfg
+
+    @staticmethod
+    def _stage_sizes(arch: dict, size: Tuple[int, int]) -> list:
+        """The ``(H, W)`` map of each stage for a ``size`` input (the
+        arch's patch embeddings, padding ``kernel // 2``)."""
+        sizes = []
+        for kernel, stride in zip(arch['patch_sizes'], arch['strides']):
+            size = tuple(
+                conv_out_size(s, kernel, stride, kernel // 2) for s in size)
+            sizes.append(size)
+        return sizes
+
+    @classmethod
+    def convert_foreign(cls, state_dict):
+        """The LeCT author's reference layout (``patch_embed1.*``,
+        ``blocks1.0.leatt.*``, ...), by
+        :func:`~lect_mm.models.convert.convert_lect_ref`."""
+        if not any(k.startswith('patch_embed1.') for k in state_dict):
+            return None
+        return dict(convert_lect_ref(state_dict))
+
+    def stage_taps(self):
+        """The stages' normalised maps."""
+        reductions = cumulative_strides(self.arch_settings['strides'])
+        return [
+            StageTap(f'stages.{i}', map_output, c, r)
+            for i, (c, r) in enumerate(zip(self.embed_dims, reductions))
+        ]
 
     def switch_to_deploy(self):
         """Fold every conv → BatchNorm pair for inference, as mmpretrain's

@@ -20,16 +20,35 @@ halved, same depths (2/3/4) and 16-dim keys; 1.76M parameters with a
 It also takes the ``frozen_stages`` and ``norm_eval`` of every lect_mm
 backbone, which mmpretrain's LeViT lacks.
 """
+import re
+from functools import partial
 from typing import Union
 
 import torch
 import torch.nn as nn
-from mmpretrain.models.backbones.levit import LeViT, LinearBatchNorm, Residual
+from mmpretrain.models.backbones.levit import (Attention, AttentionSubsample,
+                                               LeViT, LinearBatchNorm,
+                                               Residual)
 from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.functional import tokens_to_map
 from lect_mm.models.utils import is_pretrained, parse_arch
-from .base_backbone import ZooBackbone
+from .base_backbone import StageTap, ZooBackbone
+
+
+def _square_tokens(args, out: torch.Tensor, side: int) -> torch.Tensor:
+    return tokens_to_map(out, (side, side))
+
+
+#: FAIR's LeViT (facebookresearch/LeViT ``levit.py``) inner keys -> those of
+#: mmpretrain's blocks: Conv2d_BN / Linear_BN ``c`` -> ``conv`` / ``linear``,
+#: a residual's ``m`` -> ``block``, its MLP ``m.0`` / ``m.2`` -> ``linear1`` /
+#: ``linear2``, the classifiers ``l`` -> ``linear``.
+_FAIR_INNER_KEYS = (
+    (r'^m\.0\.', 'block.linear1.'),
+    (r'^m\.2\.', 'block.linear2.'),
+    (r'^m\.', 'block.'),
+)
 
 
 def _refresh_after_load(module, incompatible_keys):
@@ -71,6 +90,12 @@ class FlexibleLeViT(ZooBackbone, LeViT):
         },
     }
     essential_keys = ('embed_dims', 'num_heads', 'depths', 'key_dims')
+    takes_img_size = True
+    square_img_size = True
+    fixed_in_channels = 3
+    FIRST_CONV = 'patch_embed.patch_embed.0.conv'
+    TRAINING_ARGS = ZooBackbone.TRAINING_ARGS + ('zero_init_residual', )
+    FOREIGN_LAYOUT = "FAIR's LeViT layout"
 
     def __init__(self,
                  arch: Union[str, dict] = '64s',
@@ -94,6 +119,29 @@ class FlexibleLeViT(ZooBackbone, LeViT):
         self._freeze_stages()
         self.register_load_state_dict_post_hook(_refresh_after_load)
 
+    def reset_parameters(self) -> None:
+        """The submodules', then each attention's biases and bias indices
+        as mmpretrain's LeViT builds them: zeros, and the index of each
+        (query, key) offset, taken from a copy of the attention at its
+        resolution with one-channel widths (mmpretrain's own code)."""
+        super().reset_parameters()
+        with torch.no_grad():
+            for i, stage in enumerate(self.stages):
+                for m in stage.modules():
+                    if isinstance(m, AttentionSubsample):
+                        ref = AttentionSubsample(
+                            1, 1, 1, num_heads=1, attn_ratio=1,
+                            stride=m.stride, resolution=m.resolution)
+                    elif isinstance(m, Attention):
+                        ref = Attention(
+                            1, 1, num_heads=1, attn_ratio=1,
+                            resolution=self.resolutions[i])
+                    else:
+                        continue
+                    m.attention_biases.zero_()
+                    m.attention_bias_idxs.copy_(ref.attention_bias_idxs)
+        self.refresh_attention_bias_cache()
+
     def refresh_attention_bias_cache(self) -> None:
         """Recompute the attention biases an eval-mode mmpretrain LeViT
         attention keeps (``ab``, gathered from ``attention_biases`` when
@@ -115,18 +163,82 @@ class FlexibleLeViT(ZooBackbone, LeViT):
         return ['patch_embed'], [[f'stages.{i}']
                                  for i in range(self.num_stages)]
 
+    @classmethod
+    def convert_foreign(cls, state_dict):
+        """FAIR's LeViT classifier (facebookresearch/LeViT ``levit.py``, its
+        published weights: ``patch_embed.N``, one flat ``blocks.N``
+        sequence, ``head`` and ``head_dist``) mapped onto an ImageClassifier
+        with this backbone and a ``LeViTClsHead`` (with distillation when
+        the file has ``head_dist``): the blocks are split into stages at
+        each subsampling attention (``blocks.N.kv``), as mmpretrain's
+        ``tools/model_converters/levit2mmpretrain.py`` does."""
+        if 'patch_embed.0.c.weight' not in state_dict:
+            return None
+        starts = sorted({int(k.split('.')[1]) for k in state_dict
+                         if re.match(r'^blocks\.\d+\.kv\.', k)})
+        out, unmapped = {}, []
+        for key, value in state_dict.items():
+            match = re.match(r'^blocks\.(\d+)\.(.+)$', key)
+            head = re.match(r'^(head|head_dist)\.(bn|l)\.(.+)$', key)
+            if key.startswith('patch_embed.'):
+                new = 'backbone.patch_embed.' + key.replace('.c.', '.conv.')
+            elif match:
+                index, rest = int(match.group(1)), match.group(2)
+                stage = sum(s <= index for s in starts)
+                first = max([0] + [s for s in starts if s <= index])
+                for pattern, repl in _FAIR_INNER_KEYS:
+                    rest, n = re.subn(pattern, repl, rest)
+                    if n:
+                        break
+                rest = re.sub(r'(^|\.)c\.', r'\1linear.', rest)
+                new = f'backbone.stages.{stage}.{index - first}.{rest}'
+            elif head:
+                part = 'linear' if head.group(2) == 'l' else 'bn'
+                new = f'head.{head.group(1)}.{part}.{head.group(3)}'
+            else:
+                unmapped.append(key)
+                continue
+            out[new] = value
+        if unmapped:
+            raise ValueError(f'{len(unmapped)} key(s) of the FAIR LeViT '
+                             f'layout have no mapping: {unmapped[:10]}')
+        return out
+
+    def stage_taps(self):
+        """The stages' tokens, on the stages' square grids."""
+        return [
+            StageTap(f'stages.{i}.{len(stage) - 1}',
+                     partial(_square_tokens, side=self.resolutions[i]),
+                     self.embed_dims[i], 16 * 2**i)
+            for i, stage in enumerate(self.stages)
+        ]
+
     def forward(self, x: torch.Tensor) -> tuple:
         """LeViT's forward, block by block (``with_cp`` checkpoints each).
 
         An empty batch is refused: mmpretrain's LeViT attention reshapes
         with an inferred size, which an empty tensor cannot give.
         """
+        self.check_input(x)
+        in_hw = x.shape[-2:]
         if type(x.shape[0]) is int and x.shape[0] == 0:
             raise ValueError(
                 f'{type(self).__name__} got an empty batch, x of shape '
                 f'{tuple(x.shape)}: mmpretrain\'s LeViT attention cannot run '
                 'on 0 samples; skip the call or pass at least one sample.')
-        x = self.patch_embed(x).flatten(2).transpose(1, 2)
+        x = self.patch_embed(x)
+        grid = (self.resolutions[0], ) * 2
+        if tuple(x.shape[-2:]) != grid:
+            side = grid[0] * 16
+            raise ValueError(
+                f'{type(self).__name__} is built for img_size={side} (a '
+                f'{grid[0]}x{grid[1]} grid after its stride-16 patch '
+                f'embedding) but got a {tuple(x.shape[-2:])} grid from a '
+                f'{tuple(in_hw)} input: its attention biases belong to one '
+                'grid. Build it with img_size set to the input size '
+                "(timm: create_model(..., img_size=...)) or resize the "
+                'input.')
+        x = x.flatten(2).transpose(1, 2)
         outs = []
         for i, stage in enumerate(self.stages):
             for block in stage:

@@ -15,7 +15,8 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks.utils import check_choice
 from lect_mm.models.utils import STEM_TYPES, check_per_stage, parse_arch
-from .base_backbone import ZooBackbone
+from .base_backbone import (StageTap, ZooBackbone, cumulative_strides,
+                            map_output)
 
 
 @MODELS.register_module()
@@ -60,6 +61,7 @@ class NarrowResNet(ZooBackbone):
             PyTorch's init, as the author's code) of :class:`ZooBackbone`.
     """
     essential_keys = ('depths', 'widths')
+    FIRST_CONV = 'conv1'
     arch_zoo = {
         'report': {
             'depths': (2, 2, 2, 2),
@@ -132,6 +134,7 @@ class NarrowResNet(ZooBackbone):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         """Return the (post-activation) output of each stage in out_indices."""
+        self.check_input(x)
         x = self.maxpool(self.relu(self.norm1(self.conv1(x))))
         outs = []
         for i, name in enumerate(self.res_layers):
@@ -142,3 +145,15 @@ class NarrowResNet(ZooBackbone):
 
     def stem_and_stages(self):
         return ['conv1', self.norm1_name], [[n] for n in self.res_layers]
+
+    def stage_taps(self):
+        """The stages' outputs."""
+        stem = self.conv1.stride[0] * (2 if isinstance(
+            self.maxpool, nn.MaxPool2d) else 1)
+        strides = [getattr(self, n)[0].conv1.stride[0]
+                   for n in self.res_layers]
+        return [
+            StageTap(n, map_output, c, r) for n, c, r in zip(
+                self.res_layers, self.widths,
+                cumulative_strides(strides, stem))
+        ]

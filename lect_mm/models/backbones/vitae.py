@@ -8,7 +8,13 @@ from mmpretrain.registry import MODELS
 from lect_mm.blocks.functional import tokens_to_map
 from lect_mm.blocks.vitae import NormalCell, ReductionCell
 from lect_mm.models.utils import TRUNC_NORMAL_INIT_CFG, parse_arch
-from .base_backbone import ZooBackbone
+from .base_backbone import (StageTap, ZooBackbone, cumulative_strides,
+                            token_output)
+
+
+def _cell_output(args, out) -> torch.Tensor:
+    """A reduction cell returns ``(tokens, hw_shape)``."""
+    return tokens_to_map(out[0], out[1])
 
 
 class _ViTAEStage(nn.Module):
@@ -104,6 +110,7 @@ class ViTAE(ZooBackbone):
     essential_keys = ('embed_dims', 'token_dims', 'downsample_ratios',
                       'kernel_sizes', 'dilations', 'rc_types', 'nc_depths',
                       'nc_heads', 'nc_groups', 'ffn_ratio')
+    TRAINING_ARGS = ZooBackbone.TRAINING_ARGS + ('performer_drop', )
 
     def __init__(self,
                  arch: Union[str, dict] = 'tiny',
@@ -166,11 +173,38 @@ class ViTAE(ZooBackbone):
 
         self._freeze_stages()
 
+    @classmethod
+    def first_conv(cls, arch=None):
+        """The first reduction cell's PRM convolutions (one per dilation)
+        and its PCM's first convolution (``arch`` None: 'tiny')."""
+        a = parse_arch(arch or 'tiny', cls.arch_zoo, cls.essential_keys,
+                       cls.essential_keys[:-1])
+        return tuple(f'stages.0.rc.prm.convs.{i}.0'
+                     for i in range(len(a['dilations'][0]))) + (
+                         'stages.0.rc.pcm.0', )
+
     def stem_and_stages(self):
         return ['stages.0.rc'], [[f'stages.{i}']
                                  for i in range(self.num_stages)]
 
+    def stage_taps(self):
+        """The stages' tokens: after the last normal cell, or the reduction
+        cell of a stage without normal cells."""
+        reductions = cumulative_strides(
+            self.arch_settings['downsample_ratios'])
+        taps = []
+        for i, stage in enumerate(self.stages):
+            if len(stage.ncs):
+                module, to_map = f'stages.{i}.ncs.{len(stage.ncs) - 1}', \
+                    token_output
+            else:
+                module, to_map = f'stages.{i}.rc', _cell_output
+            taps.append(
+                StageTap(module, to_map, self.out_channels[i], reductions[i]))
+        return taps
+
     def forward(self, x: torch.Tensor) -> tuple:
+        self.check_input(x)
         outs = []
         hw_shape = None
         for i, stage in enumerate(self.stages):

@@ -29,7 +29,7 @@ from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
 from .dropout import FastDropout
-from .functional import IMPLS, attend
+from .functional import IMPLS, softmax_attention
 from .utils import check_choice
 
 
@@ -194,9 +194,9 @@ class WindowAttention2d(BaseModule):
             rearrange(t, to_windows, nh=self.num_heads, p1=p, p2=p)
             for t in self.kv(x).chunk(2, dim=1))
         bias = self.relative_position_bias().to(q.dtype)
-        out, _ = attend(q, k, v, self.scale,
-                        self.attn_drop if self.training else 0., self.impl,
-                        bias=bias)
+        out, _ = softmax_attention(
+            q, k, v, self.scale, self.attn_drop if self.training else 0.,
+            self.impl, bias=bias)
         out = rearrange(
             out,
             '(b n1 n2) nh (p1 p2) d -> b (nh d) (n1 p1) (n2 p2)',

@@ -13,7 +13,7 @@ from mmengine.model import BaseModule
 
 from mmpretrain.registry import MODELS
 from .dropout import FastDropout
-from .functional import IMPLS, attend
+from .functional import IMPLS, softmax_attention
 from .utils import check_choice
 
 
@@ -78,7 +78,7 @@ class MultiheadSelfAttention(BaseModule):
         q, k, v = rearrange(
             self.qkv(x), 'b n (three m d) -> three b m n d', three=3,
             m=self.num_heads)
-        out, attn_map = attend(
+        out, attn_map = softmax_attention(
             q, k, v, self.scale, self.attn_drop.p if self.training else 0.,
             self.impl, need_map=self.return_attn_map)
         if self.return_attn_map:

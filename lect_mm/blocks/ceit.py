@@ -18,7 +18,7 @@ from mmpretrain.registry import MODELS
 
 from .attention import MultiheadSelfAttention
 from .ffn import LeFFN
-from .functional import attend
+from .functional import softmax_attention
 from .utils import build_attention, build_mlp, check_grid, conv_out_size
 
 
@@ -236,8 +236,9 @@ class LCAttention(MultiheadSelfAttention):
         q = rearrange(q, 'b n (m d) -> b m n d', m=self.num_heads)
         k, v = rearrange(
             kv, 'b n (two m d) -> two b m n d', two=2, m=self.num_heads)
-        out, _ = attend(q, k, v, self.scale,
-                        self.attn_drop.p if self.training else 0., self.impl)
+        out, _ = softmax_attention(
+            q, k, v, self.scale, self.attn_drop.p if self.training else 0.,
+            self.impl)
         out = rearrange(out, 'b m n d -> b n (m d)')
         return self.proj_drop(self.proj(out))
 

@@ -76,15 +76,15 @@ def is_exporting() -> bool:
                 and exporting()) or torch.onnx.is_in_onnx_export()
 
 
-def attend(q: torch.Tensor,
-           k: torch.Tensor,
-           v: torch.Tensor,
-           scale: float,
-           dropout_p: float = 0.,
-           impl: str = 'fused',
-           bias: Optional[torch.Tensor] = None,
-           need_map: bool = False
-           ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+def softmax_attention(q: torch.Tensor,
+                      k: torch.Tensor,
+                      v: torch.Tensor,
+                      scale: float,
+                      dropout_p: float = 0.,
+                      impl: str = 'fused',
+                      bias: Optional[torch.Tensor] = None,
+                      need_map: bool = False
+                      ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Softmax attention over the last two axes, shared by the blocks.
 
     ``softmax(q kᵀ · scale + bias) v`` with dropout ``dropout_p`` on the

@@ -321,10 +321,11 @@ class LeMSAv2(PooledKeyAttention):
             x[..., :self.h_dim]
         v = self.proj_v(src)
         v_map = tokens_to_map(v, (H, W))
-        literal = resolve_impl_for(
+        # Resolved once: it also picks the pooled maps' layout.
+        impl = resolve_impl_for(
             self.impl, v.device, v.dtype, v.requires_grad,
-            2 * self.l_dim // self.num_heads,
-            self.pooled_cells((H, W))) == 'literal'
+            2 * self.l_dim // self.num_heads, self.pooled_cells((H, W)))
+        literal = impl == 'literal'
         recompute_now = recompute_active(self)
         if recompute_now:
             q_map, k_map, high = recompute(
@@ -332,7 +333,7 @@ class LeMSAv2(PooledKeyAttention):
                 module=self)
         else:
             q_map, k_map, high = self._local(v_map, not literal)
-        low = self.attend(q_map, k_map, v, (H, W), recompute_now)
+        low = self.attend(q_map, k_map, v, (H, W), recompute_now, impl)
         # One concatenated map (both are channels_last), one projection.
         out = map_to_tokens(torch.cat([high, low], 1))
         return self.proj_drop(self.proj(out))

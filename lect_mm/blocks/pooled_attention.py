@@ -15,8 +15,8 @@ from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 from .deploy import FuseConvBNMixin
 from .dropout import FastDropout
-from .functional import (IMPLS, attend, batch_size, is_exporting,
-                         map_to_tokens, static_sizes, tokens_to_map)
+from .functional import (IMPLS, batch_size, is_exporting, map_to_tokens,
+                         softmax_attention, static_sizes, tokens_to_map)
 from .recompute import recompute, recompute_active
 from .upsample import (MATMUL_RESIZE_MAX_CELLS, ResizeDWConvUpsampler,
                        ResizeUpsampler, SVConvTransposeUpsampler,
@@ -189,7 +189,8 @@ def pooled_key_attention(q: torch.Tensor,
         mode (str): Key-axis interpolation mode.
         scale (float): Logit scale (``C ** -0.5`` in LeCT).
         dropout (nn.Dropout): Attention dropout.
-        impl (str): ``'auto'``, ``'fused'`` or ``'literal'``.
+        impl (str): ``'fused'`` or ``'literal'`` (``'auto'`` is resolved
+            here, :func:`resolve_impl`).
         need_map (bool): Also return the softmaxed ``(B, m, Nq, N)`` map
             (before dropout, detached). Defaults to False.
 
@@ -197,7 +198,9 @@ def pooled_key_attention(q: torch.Tensor,
         tuple: ``out (B, m, Nq, dv)`` and the map or None.
     """
     num_heads = q.shape[1]
-    if resolve_impl(impl, q, k_map) == 'literal':
+    if impl == 'auto':
+        impl = resolve_impl(impl, q, k_map)
+    if impl == 'literal':
         Nq, dq = q.shape[-2:]
         h, w = k_map.shape[-2:]
         if torch.jit.is_tracing():
@@ -224,9 +227,9 @@ def pooled_key_attention(q: torch.Tensor,
             attn_map = attn.detach().view(B, num_heads, Nq, N)
         return out.view(B, num_heads, Nq, dv), attn_map
     k_up = map_to_heads(resize(k_map, hw_shape, mode), num_heads)
-    return attend(q, k_up, v, scale,
-                  dropout.p if dropout.training else 0., 'fused',
-                  need_map=need_map)
+    return softmax_attention(q, k_up, v, scale,
+                             dropout.p if dropout.training else 0., 'fused',
+                             need_map=need_map)
 
 
 def _check_pooling(sr_ratio, pool_size):
@@ -389,7 +392,8 @@ class PooledKeyAttention(FuseConvBNMixin, BaseModule):
                k_map: torch.Tensor,
                v: torch.Tensor,
                hw_shape: Tuple[int, int],
-               recompute_now: Optional[bool] = None) -> torch.Tensor:
+               recompute_now: Optional[bool] = None,
+               impl: Optional[str] = None) -> torch.Tensor:
         """Attend and bring the result back to ``hw_shape``.
 
         Args:
@@ -400,6 +404,9 @@ class PooledKeyAttention(FuseConvBNMixin, BaseModule):
             recompute_now (bool, optional): Whether to recompute in
                 backward; None asks :func:`recompute_active` (a caller that
                 has asked already passes its answer).
+            impl (str, optional): The path, ``'fused'`` or ``'literal'``;
+                None resolves ``self.impl`` (:func:`resolve_impl`; a caller
+                that has resolved it already passes its answer).
 
         Returns:
             torch.Tensor: The query-upsampled output ``(B, m * dv, H, W)``,
@@ -409,8 +416,10 @@ class PooledKeyAttention(FuseConvBNMixin, BaseModule):
         q = map_to_heads(q_map, self.num_heads)
         v = v.unflatten(-1, (self.num_heads, v.shape[-1] // self.num_heads))
         v = v.transpose(1, 2)
-        # Resolved here: a recomputing run records autograd only in backward.
-        impl = resolve_impl(self.impl, q, k_map)
+        # Resolved before recomputing: that run records autograd only in
+        # backward.
+        if impl is None:
+            impl = resolve_impl(self.impl, q, k_map)
         h = q_map.shape[-2]
         if recompute_now is None:
             recompute_now = recompute_active(self)

@@ -694,3 +694,31 @@ def test_cost_report(ba, tmp_path, monkeypatch):
                 8: ['cpu-time x1', 'flops x1', 'epochs x1']}
     for png in ('pareto', 'curve'):
         assert (out / f'fashion_mnist_cost_{png}.png').stat().st_size
+
+
+def test_cost_configs_train_for_the_calibrated_budget(ba):
+    # configs/fashion_mnist/*_fashion_mnist_cost.py hold the epochs that
+    # --budget cpu-time gives each model from the page's calibration file
+    from mmengine.config import Config
+    calibration = json.loads(open(osp.join(
+        ba.REPO, 'docs', 'results',
+        'fashion_mnist_cost_calibration.json')).read())
+    ref = calibration['cpu lect_v1']['cpu_seconds_per_step']
+    protocol = ba.load_config(ba.config_path('cpu', 'lect_v1'))
+    checked = []
+    for key, entry in calibration.items():
+        model = key.split(' ', 1)[1]
+        cfg = Config.fromfile(osp.join(
+            ba.CONFIG_DIR, ba.model_dir(model) + '_fashion_mnist_cost.py'))
+        steps = ba.budget_steps('cpu-time', 1., 1256, ref,
+                                entry['cpu_seconds_per_step'])
+        schedule = ba.schedule_for(protocol, 10_000, 10_000, steps)
+        assert (cfg.train_cfg.max_epochs, cfg.train_cfg.val_interval) == (
+            schedule.epochs, schedule.val_interval), model
+        if ba.is_timm(model):
+            assert cfg.model.model_name == model[len('timm/'):]
+            lr = dict(o.split('=') for o in ba.model_options('cpu', model))
+            assert cfg.optim_wrapper.optimizer.lr == float(
+                lr['optim_wrapper.optimizer.lr'])
+        checked.append(model)
+    assert len(checked) == 9 and 'timm/mobilevit_xxs' in checked

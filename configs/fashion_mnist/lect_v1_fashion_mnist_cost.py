@@ -1,0 +1,6 @@
+# LeCT (v1) on Fashion-MNIST at the training CPU time of LeCT (v1)'s 8 epochs
+# under the `cpu` protocol (docs/results/fashion_mnist_cost.md): 8 epochs, its
+# protocol run, from 0.549 CPU s per step against LeCT's 0.549
+# (tools/benchmark_accuracy.py --budget cpu-time, calibrated on this project's
+# 2-core CPU; the cosine schedule spans these epochs).
+_base_ = ['./lect_v1_fashion_mnist_cpu.py']

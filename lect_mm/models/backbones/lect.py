@@ -19,7 +19,7 @@ from mmpretrain.registry import MODELS
 
 from lect_mm.blocks import SVConvTransposeUpsampler
 from lect_mm.blocks.deploy import FuseConvBNMixin
-from lect_mm.blocks.functional import is_exporting, tokens_to_map
+from lect_mm.blocks.functional import batch_size, is_exporting
 from lect_mm.blocks.utils import (accepted_args, check_norm_cfg, conv_out_size,
                                   set_defaults, to_pair)
 from lect_mm.models.convert import convert_lect_ref
@@ -118,7 +118,14 @@ class LeCTStage(BaseModule):
         x, hw_shape = self.patch_embed(x)
         for block in self.blocks:
             x = block(x, hw_shape)
-        return tokens_to_map(self.norm(x), hw_shape)
+        # Normalised as the (B, H, W, C) map it becomes, a view of the
+        # tokens: the same values, and an exported graph's last residual
+        # addition stays an Add and a LayerNormalization, which ONNX
+        # Runtime runs faster than the SkipLayerNormalization it fuses
+        # from tokens.
+        h, w = hw_shape
+        x = self.norm(x.reshape(batch_size(x), h, w, x.shape[-1]))
+        return x.permute(0, 3, 1, 2)
 
 
 @MODELS.register_module()

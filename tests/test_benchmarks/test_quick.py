@@ -6,6 +6,7 @@ uses two models, tiny inputs and one or two steps, so the figures are
 meaningless and only the plumbing and the report format are checked.
 """
 import importlib
+import json
 import os.path as osp
 import sys
 
@@ -180,6 +181,43 @@ def test_inference_deploy_speedup(bench):
     assert cells[3:5] == ['–', '–'] and cells[5:] == ['1.00', '1.00']
     with pytest.raises(SystemExit):
         mod.parse_args(['--deploy-speedup', '--compile'])
+
+
+def test_inference_engines(bench, tmp_path):
+    mod = bench('inference')
+    out = tmp_path / 'engines.json'
+    text = '\n'.join(mod.main(QUICK + [
+        '--engine', 'torch', '--models', 'ResNet', 'timm/test_resnet',
+        '--json', str(out)]).parts)
+    assert '### Deployed models by engine (images/s, 64², fp32, 1 thread)' \
+        in text
+    assert '| torch bs 1 | torch bs 2 | torch bs 1 × ResNet |' in text
+    resnet, = _table_rows(text, 'ResNet')
+    timm_row, = _table_rows(text, 'timm/test_resnet')
+    assert [c.strip() for c in resnet.strip('|').split('|')][4:] == [
+        '1.00', '1.00']
+    assert len(timm_row.strip('|').split('|')) == 6
+    figures = json.loads(out.read_text())
+    assert (figures['engine'], figures['batch']) == ('torch', 1)
+    assert figures['models']['timm/test_resnet']['ms'] > 0
+    with pytest.raises(SystemExit):
+        mod.parse_args(['--engine', 'ort', '--compile'])
+    # the ONNX Runtime call of --engine ort, on a graph of its own (the
+    # graphs of lect_mm.export.export_onnx: tests/test_tools/
+    # test_export_onnx.py)
+    onnx = pytest.importorskip('onnx')
+    pytest.importorskip('onnxruntime')
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node('Relu', ['x'], ['y'])], 'relu',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, ['b', 3])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, ['b', 3])])
+    path = str(tmp_path / 'relu.onnx')
+    onnx.save(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid('', 17)]), path)
+    y, = mod.engine_call(None, 'ort', path, threads=1)(
+        torch.tensor([[-1., 0., 2.]]))
+    assert y.tolist() == [[0., 0., 2.]]
 
 
 def test_export(bench):

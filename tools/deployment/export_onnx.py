@@ -107,7 +107,7 @@ def main(argv=None) -> dict:
     nodes, optimized, ops = optimized_graph(args.out)
     print(f'{args.out}: {nodes} nodes exported, {optimized} after ONNX '
           'Runtime\'s optimisation (' + ', '.join(
-              f'{op} {n}' for op, n in ops.most_common(8)) + ', ...)')
+              f'{op} {n}' for op, n in ops.most_common()) + ')')
     print(f'largest difference from eager on {len(inputs)} inputs '
           f'({", ".join("x".join(map(str, x.shape)) for x in inputs)}): '
           f'{diff:.2e}')

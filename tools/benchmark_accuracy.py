@@ -1383,7 +1383,38 @@ def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
 
 
 #: What the cost page's ``_runs.json`` keeps beyond :data:`RUN_FIELDS`.
-COST_FIELDS = ('epochs', 'lr', 'lr_scale', 'holdout', 'budgets')
+COST_FIELDS = ('epochs', 'steps', 'val_interval', 'lr', 'lr_scale',
+               'holdout', 'on_protocol', 'budgets', 'work_dir')
+
+
+def import_runs(work_root: str, paths: Sequence[str]) -> int:
+    """Copy finished runs of another session or machine into ``work_root``
+    where it lacks them, so that they are not run again: a page's
+    ``*_runs.json`` (each run with its ``work_dir``) becomes their
+    ``result.json``, a ``*_calibration.json`` joins ``calibration.json``.
+    Returns the runs imported."""
+    imported = 0
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        if isinstance(data, dict):  # a calibration file
+            target = osp.join(work_root, 'calibration.json')
+            cache = {}
+            if osp.isfile(target):
+                with open(target) as f:
+                    cache = json.load(f)
+            _write_json(target, {**data, **cache})
+            continue
+        for run in data:
+            if 'work_dir' not in run:
+                raise SystemExit(f'--import-runs: {path} has a run without '
+                                 f'its work_dir: {run}')
+            result = osp.join(work_root, run['work_dir'], 'result.json')
+            if not osp.isfile(result):
+                os.makedirs(osp.dirname(result), exist_ok=True)
+                _write_json(result, dict(run, imported_from=path))
+                imported += 1
+    return imported
 
 
 # ------------------------------------------------------ input size report
@@ -1594,6 +1625,12 @@ def parse_args(argv=None):
         help='with --cost-report: inference latency per model, as written '
         'by benchmarks/inference.py --json')
     parser.add_argument(
+        '--import-runs', nargs='+', metavar='JSON',
+        help='finished runs of another session (a page\'s *_runs.json, '
+        'e.g. docs/results/fashion_mnist_cost_runs.json) and their '
+        '*_calibration.json, copied into --work-dir where it lacks them: '
+        'those runs are not run again')
+    parser.add_argument(
         '--resolution-report', action='store_true',
         help='run nothing; write fashion_mnist_resolution.md (top-1 against '
         'input size) from the cpu and cpu112 pages\' *_runs.json in '
@@ -1683,6 +1720,9 @@ def main(argv=None) -> Dict[str, dict]:
         args.work_dir
         or osp.join(REPO, 'work_dirs', f'fashion_mnist_{args.protocol}'))
     os.makedirs(work_root, exist_ok=True)
+    if args.import_runs:
+        print(f'{import_runs(work_root, args.import_runs)} run(s) imported '
+              f'into {work_root}')
     options = list(args.cfg_options or [])
     parsed = parse_cfg_options(options)
     # The protocol's schedule and size, read from its first model's config.

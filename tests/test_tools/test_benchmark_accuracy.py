@@ -694,6 +694,15 @@ def test_cost_report(ba, tmp_path, monkeypatch):
                 8: ['cpu-time x1', 'flops x1', 'epochs x1']}
     for png in ('pareto', 'curve'):
         assert (out / f'fashion_mnist_cost_{png}.png').stat().st_size
+    # another session takes the page's runs and calibration instead of
+    # running them again: the same page
+    again = tmp_path / 'again'
+    ba.main(['--protocol', 'cpu', '--cost-report', '--work-dir',
+             str(tmp_path / 'wd2'), '--out-dir', str(again), '--latency',
+             str(tmp_path / 'lat.json'), '--import-runs',
+             str(out / 'fashion_mnist_cost_runs.json'),
+             str(out / 'fashion_mnist_cost_calibration.json')])
+    assert (again / 'fashion_mnist_cost.md').read_text() == text
 
 
 def test_cost_configs_train_for_the_calibrated_budget(ba):

@@ -1243,7 +1243,12 @@ def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
         'num_classes=10)` through mmpretrain\'s `TimmClassifier` '
         '(configs/fashion_mnist/timm_fashion_mnist_cpu.py), with their own '
         'defaults otherwise (no drop path; the zoo\'s models keep the '
-        'report\'s 0.1).',
+        'report\'s 0.1). `TimmClassifier` rather than lect_mm\'s timm '
+        'door, which goes the other way (the zoo as timm models): it takes '
+        'any timm model by name into mmpretrain\'s classifier, data '
+        'preprocessor, loss and runner, the route an mmpretrain user takes, '
+        'so that every model runs through the same `tools/train.py` and '
+        '`tools/test.py`.',
         '',
         f'Measured on: {machine()}; commit {", ".join(commits)}; '
         f'{datetime.date.today().isoformat()}. {len(results)} runs, '

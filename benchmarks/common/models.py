@@ -2,7 +2,6 @@
 report's training step."""
 import contextlib
 import functools
-import logging
 import os.path as osp
 from typing import Callable, Dict, Optional
 
@@ -54,24 +53,16 @@ def build_classifier(config, cfg_options: Optional[dict] = None):
     Returns:
         nn.Module: The classifier.
     """
-    from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS
 
     import lect_mm  # noqa: F401  (registers the library)
+    from lect_mm.analysis import init_weights_quietly
 
     init_default_scope('mmpretrain')
     cfg = load_config(config, cfg_options) if isinstance(config,
                                                          str) else config
-    model = MODELS.build(cfg.model)
-    logger = MMLogger.get_current_instance()
-    level = logger.level
-    logger.setLevel(logging.WARNING)  # init_weights logs every parameter
-    try:
-        model.init_weights()
-    finally:
-        logger.setLevel(level)
-    return model
+    return init_weights_quietly(MODELS.build(cfg.model))
 
 
 #: ``torch.compile``'s modes ('default': the call without ``mode``)

@@ -15,6 +15,7 @@ as in mmengine/fvcore.
 """
 import argparse
 import contextlib
+import logging
 from math import prod
 from typing import Dict, Iterator, Sequence
 
@@ -110,6 +111,20 @@ def build_model(config: str, cfg_options=None) -> nn.Module:
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     return get_model(cfg)
+
+
+def init_weights_quietly(model: nn.Module) -> nn.Module:
+    """``model.init_weights()`` without its INFO line per parameter (the
+    current MMLogger at WARNING meanwhile); returns the model."""
+    from mmengine.logging import MMLogger
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        model.init_weights()
+    finally:
+        logger.setLevel(level)
+    return model
 
 
 def count_params(model: nn.Module) -> int:

@@ -259,6 +259,31 @@ def test_sizes_add_a_data_efficiency_table(ba, tmp_path, fake_tool):
 
 
 # --------------------------------------------------------- real trainings
+def _loader_options(root):
+    """``--cfg-options`` of the three loaders for the files at ``root``, in
+    this process: no worker processes to share a serialised copy of the
+    data set with (mmengine serialises it after a gc.collect())."""
+    return [
+        f'{split}_dataloader.{key}'
+        for split in ('train', 'val', 'test')
+        for key in ('dataset.data_root=' + root, 'num_workers=0',
+                    'persistent_workers=False',
+                    'dataset.serialize_data=False')
+    ]
+
+
+def _train_and_test_in_process(ba, load_script, monkeypatch):
+    """The tool's tools/train.py and tools/test.py runs as their main() in
+    this process."""
+    tools = {t: load_script(t) for t in ('tools/train.py', 'tools/test.py')}
+
+    def in_process(cmd, log_path):
+        tools[cmd[1]].main(cmd[2:])
+        return 1.0
+
+    monkeypatch.setattr(ba, '_run', in_process)
+
+
 def _write_tiny_fashion_mnist(root, train=48, test=24):
     rng = np.random.RandomState(0)
     for prefix, num in (('train', train), ('t10k', test)):
@@ -276,16 +301,7 @@ def test_seeds_and_sizes_train_for_real(ba, load_script, tmp_path,
     root = str(tmp_path / 'fm')
     os.makedirs(root)
     _write_tiny_fashion_mnist(root)
-    # in-process loaders: no worker processes to share a serialised copy
-    # of the data set with (mmengine serialises it after a gc.collect())
-    loaders = [
-        f'{split}_dataloader.{key}'
-        for split in ('train', 'val', 'test')
-        for key in ('dataset.data_root=' + root, 'num_workers=0',
-                    'persistent_workers=False',
-                    'dataset.serialize_data=False')
-    ]
-    options = loaders + [
+    options = _loader_options(root) + [
         'train_dataloader.dataset.indices=32',
         'train_dataloader.batch_size=16', 'val_dataloader.dataset.indices=12',
         'train_cfg.max_epochs=2', 'default_hooks.logger.interval=1',
@@ -375,24 +391,13 @@ def test_cpu112_trains_lect_at_112_for_real(ba, load_script, tmp_path,
     # one step of 4 images, validated and tested on 4: the claims are the
     # resolution, the steps and the protocol model's size, not the data
     _write_tiny_fashion_mnist(root, train=4, test=4)
-    options = [
-        f'{split}_dataloader.{key}'
-        for split in ('train', 'val', 'test')
-        for key in ('dataset.data_root=' + root, 'num_workers=0',
-                    'persistent_workers=False',
-                    'dataset.serialize_data=False')
-    ] + ['train_dataloader.dataset.indices=4',
-         'train_dataloader.batch_size=4', 'val_dataloader.dataset.indices=4',
-         'train_cfg.max_epochs=1',
-         # tested from the last checkpoint; no best one to write
-         'default_hooks.checkpoint.save_best=None']
-    tools = {t: load_script(t) for t in ('tools/train.py', 'tools/test.py')}
-
-    def in_process(cmd, log_path):
-        tools[cmd[1]].main(cmd[2:])
-        return 1.0
-
-    monkeypatch.setattr(ba, '_run', in_process)
+    options = _loader_options(root) + [
+        'train_dataloader.dataset.indices=4',
+        'train_dataloader.batch_size=4', 'val_dataloader.dataset.indices=4',
+        'train_cfg.max_epochs=1',
+        # tested from the last checkpoint; no best one to write
+        'default_hooks.checkpoint.save_best=None']
+    _train_and_test_in_process(ba, load_script, monkeypatch)
     # the report's plots are drawn by the tests with stand-in runs
     for name in ('plot', 'plot_cost'):
         monkeypatch.setattr(ba, name, lambda *args: '| table |')
@@ -419,24 +424,13 @@ def test_timm_model_at_a_flops_budget_on_held_out_images_for_real(
     root = str(tmp_path / 'fm')
     os.makedirs(root)
     _write_tiny_fashion_mnist(root, train=24, test=4)
-    options = [
-        f'{split}_dataloader.{key}'
-        for split in ('train', 'val', 'test')
-        for key in ('dataset.data_root=' + root, 'num_workers=0',
-                    'persistent_workers=False',
-                    'dataset.serialize_data=False')
-    ] + ['train_dataloader.dataset.indices=24',
-         'train_dataloader.batch_size=8', 'train_cfg.max_epochs=1',
-         'default_hooks.checkpoint.save_best=None',
-         *[f'{split}_dataloader.dataset.pipeline.{i}.scale=32'
-           for split, i in (('train', 2), ('val', 0), ('test', 0))]]
-    tools = {t: load_script(t) for t in ('tools/train.py', 'tools/test.py')}
-
-    def in_process(cmd, log_path):
-        tools[cmd[1]].main(cmd[2:])
-        return 1.0
-
-    monkeypatch.setattr(ba, '_run', in_process)
+    options = _loader_options(root) + [
+        'train_dataloader.dataset.indices=24',
+        'train_dataloader.batch_size=8', 'train_cfg.max_epochs=1',
+        'default_hooks.checkpoint.save_best=None',
+        *[f'{split}_dataloader.dataset.pipeline.{i}.scale=32'
+          for split, i in (('train', 2), ('val', 0), ('test', 0))]]
+    _train_and_test_in_process(ba, load_script, monkeypatch)
     out = tmp_path / 'out'
     results = ba.main(['--protocol', 'cpu', '--models', 'timm/test_resnet',
                        '--budget', 'flops', '--budget-ref', 'resnet',

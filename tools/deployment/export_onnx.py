@@ -19,14 +19,13 @@ the exported and of ONNX Runtime's optimised graph, and exits with an error
 when the difference exceeds ``--atol``.
 """
 import argparse
-import logging
 import sys
 import warnings
 
 import torch
 from mmengine.config import Config, DictAction
 
-from lect_mm.analysis import add_shape_argument
+from lect_mm.analysis import add_shape_argument, init_weights_quietly
 
 
 def parse_args(argv=None):
@@ -57,7 +56,6 @@ def parse_args(argv=None):
 def load_classifier(config: str, checkpoint=None, cfg_options=None):
     """The config's classifier in eval mode: ``checkpoint`` loaded strictly
     (lect_mm's verified loader), else initialised."""
-    from mmengine.logging import MMLogger
     from mmpretrain.apis import get_model
 
     from lect_mm.engine import load_weights
@@ -68,14 +66,8 @@ def load_classifier(config: str, checkpoint=None, cfg_options=None):
     model = get_model(cfg)
     if checkpoint:
         load_weights(model, checkpoint, map_location='cpu', strict=True)
-    else:  # init_weights() logs one line per parameter
-        logger = MMLogger.get_current_instance()
-        level = logger.level
-        logger.setLevel(logging.WARNING)
-        try:
-            model.init_weights()
-        finally:
-            logger.setLevel(level)
+    else:
+        init_weights_quietly(model)
     return model.eval()
 
 
@@ -93,8 +85,8 @@ def check_inputs(shape, dynamic, min_side):
 
 
 def main(argv=None) -> dict:
-    from lect_mm.export import (export_onnx, max_difference,
-                                optimized_graph, prepare_for_export)
+    from lect_mm.export import (export_onnx, max_difference, optimized_graph,
+                                prepare_for_export)
     args = parse_args(argv)
     model = load_classifier(args.config, args.checkpoint, args.cfg_options)
     exported = prepare_for_export(model, deploy=args.deploy)

@@ -35,7 +35,6 @@ Example::
 """
 import argparse
 import copy
-import logging
 import math
 import os
 import os.path as osp
@@ -66,9 +65,9 @@ def load_model(cfg: Config,
     a checkpoint the model's ``init_weights()`` runs, so the maps show the
     initialised (untrained) network.
     """
-    from mmengine.logging import MMLogger
     from mmpretrain.apis import get_model
 
+    from lect_mm.analysis import init_weights_quietly
     from lect_mm.engine import load_weights
 
     model = get_model(cfg, device=device)
@@ -84,14 +83,7 @@ def load_model(cfg: Config,
         if 'dataset_meta' in meta:
             model._dataset_meta = meta['dataset_meta']
     else:
-        # init_weights() logs one INFO entry per parameter; keep it quiet.
-        logger = MMLogger.get_current_instance()
-        level = logger.level
-        logger.setLevel(logging.WARNING)
-        try:
-            model.init_weights()
-        finally:
-            logger.setLevel(level)
+        init_weights_quietly(model)
     return model.eval()
 
 

@@ -4,14 +4,12 @@ an earlier checkpoint, the same command again, a symlinked work dir, and a
 resume with other optimizer settings or another optimizer. No run destroys
 checkpoints it did not write (it refuses, naming them and the way out), and
 a resume uses, and records, the config's optimizer settings."""
-import hashlib
-import os
 import os.path as osp
 import shutil
 import sys
 
 import pytest
-from cli_utils import log_text
+from cli_utils import log_text, snapshot
 from mmengine.config import Config
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
@@ -53,18 +51,6 @@ def train(load_script, tmp_path_factory):
     return run
 
 
-def _snapshot(work_dir):
-    """{file name: SHA-256} of the files of ``work_dir`` (checkpoints,
-    last_checkpoint, the config copy; not the logs and the lock)."""
-    return {
-        name: hashlib.sha256(open(osp.join(work_dir, name), 'rb').read()
-                             ).hexdigest()
-        for name in os.listdir(work_dir)
-        if osp.isfile(osp.join(work_dir, name))
-        and not name.startswith('.work_dir')
-    }
-
-
 @pytest.fixture(scope='module')
 def finished(train, tmp_path_factory):
     """A finished 2-epoch run: epoch_1.pth, epoch_2.pth, the best of epoch
@@ -72,7 +58,7 @@ def finished(train, tmp_path_factory):
     work_dir = tmp_path_factory.mktemp('finished')
     train(work_dir, options=['train_cfg.max_epochs=2'])
     assert (work_dir / BEST.format(2)).is_file()
-    return work_dir, _snapshot(work_dir)
+    return work_dir, snapshot(work_dir)
 
 
 def test_a_branch_from_an_earlier_checkpoint_is_refused_in_the_same_dir(
@@ -95,11 +81,11 @@ def test_a_branch_from_an_earlier_checkpoint_is_refused_in_the_same_dir(
         'overwrite or remove: a run never destroys checkpoints it did not '
         'write. To branch from epoch_1.pth, '
         'pass another --work-dir')
-    assert _snapshot(work_dir) == before  # the config copy too
+    assert snapshot(work_dir) == before  # the config copy too
 
     runner = train(tmp_path / 'branch', *branch, options=lr)
     assert runner.iter == 8
-    assert _snapshot(work_dir) == before
+    assert snapshot(work_dir) == before
     assert (tmp_path / 'branch' / 'epoch_2.pth').is_file()
 
 
@@ -120,7 +106,7 @@ def test_the_same_command_again_is_refused(train, finished, tmp_path):
             'which this run would overwrite or remove: a run never destroys '
             'checkpoints it did not write. To go on with that run, add '
             '--resume; to start a new one, pass another --work-dir')
-    assert _snapshot(work_dir) == before
+    assert snapshot(work_dir) == before
 
 
 def test_resume_follows_the_configs_optimizer(train, finished, tmp_path,

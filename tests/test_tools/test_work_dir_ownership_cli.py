@@ -4,13 +4,12 @@ takes the newest checkpoint by training progress, not by file name. The
 checkpoints record absolute paths (last_checkpoint; the message hub's
 best_ckpt, last_ckpt, stop_ckpt) that name the work dir they were written
 in."""
-import hashlib
 import os
 import os.path as osp
 import shutil
 
 import pytest
-from cli_utils import log_text
+from cli_utils import log_text, snapshot
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
 
@@ -73,17 +72,6 @@ def train(load_script, tmp_path_factory):
     return run
 
 
-def _snapshot(work_dir):
-    """{file name: SHA-256} of the files of ``work_dir`` (not its logs)."""
-    return {
-        name: hashlib.sha256(open(osp.join(work_dir, name), 'rb').read()
-                             ).hexdigest()
-        for name in os.listdir(work_dir)
-        if osp.isfile(osp.join(work_dir, name))
-        and not name.startswith('.work_dir')
-    }
-
-
 @pytest.fixture(scope='module')
 def stopped(train, tmp_path_factory):
     """A work dir whose run got SIGTERM in epoch 2 (after iteration 6):
@@ -95,7 +83,7 @@ def stopped(train, tmp_path_factory):
     assert (work_dir / 'last_checkpoint').read_text() == str(
         work_dir / 'iter_6.pth')
     assert (work_dir / BEST.format(1)).is_file()
-    return work_dir, _snapshot(work_dir)
+    return work_dir, snapshot(work_dir)
 
 
 def test_resume_from_another_work_dir_leaves_it_alone(train, tmp_path):
@@ -105,13 +93,13 @@ def test_resume_from_another_work_dir_leaves_it_alone(train, tmp_path):
     other, new = tmp_path / 'other', tmp_path / 'new'
     train(other, options=['train_dataloader.dataset.indices=16'])
     assert (other / BEST.format(2)).is_file()
-    before = _snapshot(other)
+    before = snapshot(other)
 
     runner = train(new, '--resume', str(other / 'epoch_2.pth'),
                    options=['train_dataloader.dataset.indices=16',
                             'train_cfg.max_epochs=3'])
     assert runner.epoch == 3
-    assert _snapshot(other) == before
+    assert snapshot(other) == before
     assert (new / BEST.format(3)).is_file()
     assert (new / 'last_checkpoint').read_text() == str(new / 'epoch_3.pth')
     log = log_text(str(new))
@@ -131,7 +119,7 @@ def test_resume_in_a_copied_work_dir_uses_its_own_files(train, stopped,
     shutil.copytree(original, copy, symlinks=True)
     runner = train(copy, '--resume')
     assert runner.iter == 8
-    assert _snapshot(original) == before
+    assert snapshot(original) == before
     log = log_text(str(copy))
     assert (f'{copy / "last_checkpoint"} names {original / "iter_6.pth"}, '
             f'outside this work dir, {copy} (a copied or moved work dir?): '
@@ -191,8 +179,8 @@ def test_resume_inside_an_epoch_on_other_data_stops(train, stopped,
             'after its iteration 2 of 4 (1 process, batch size 16) on 64 '
             'samples; this run has 4 iterations per epoch (1 process, batch '
             'size 16) on 56 samples.') in str(info.value)
-    stop = _snapshot(copy)['iter_6.pth']
+    stop = snapshot(copy)['iter_6.pth']
     runner = train(copy, '--resume', str(copy / 'epoch_1.pth'),
                    options=other_data)
     assert runner.iter == 8
-    assert _snapshot(copy)['iter_6.pth'] == stop
+    assert snapshot(copy)['iter_6.pth'] == stop

@@ -13,6 +13,19 @@ test images, one after the other, under identical settings. A run is one
   epochs, validation and checkpoints at the same number of points), so that
   accuracy can be read against training-set size at equal compute.
 
+- ``--models timm/NAME`` trains any timm model (no pretrained weights)
+  through mmpretrain's ``TimmClassifier`` under the same protocol, with the
+  report's lr of its kind (6e-3 for a pure convnet, 1e-3 with attention);
+- ``--budget cpu-time|flops --budget-ref MODEL [--budget-scale X ...]``
+  gives each model the epochs whose training cost equals X times the
+  reference's protocol run: CPU seconds per step measured by two short
+  calibration runs (kept in ``calibration.json``), or training FLOPs per
+  step; ``--lr-scale`` multiplies the lr; ``--holdout N`` validates and
+  scores on the last N of the protocol's training images, never the test
+  set; ``--cost-report`` writes ``fashion_mnist_cost.md`` from such runs
+  (equal CPU time and FLOPs, the budget curve, the lr check, the Pareto
+  plots), ``--import-runs`` takes a page's runs and calibration files in.
+
 The report, ``<out-dir>/fashion_mnist_<protocol>.md``, is built from every
 finished run under the work dir (whichever command ran it): the seeds table
 (mean ± standard deviation of top-1 at the protocol's size), the pairs the
@@ -47,6 +60,10 @@ Example::
     python tools/benchmark_accuracy.py --protocol cpu
     python tools/benchmark_accuracy.py --protocol cpu --seeds 0 1 2 \\
         --models lect_v1 lect_v3 resnet ceit_gap vit lect_v1_ablation
+    python tools/benchmark_accuracy.py --protocol cpu --budget cpu-time \\
+        --models lect_v1 resnet timm/mobilevit_xxs --seeds 0 1 2
+    python tools/benchmark_accuracy.py --protocol cpu --cost-report \\
+        --latency latency.json
 """
 import argparse
 import datetime

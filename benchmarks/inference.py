@@ -356,9 +356,15 @@ def engine_table(args, device: torch.device, report: Report) -> dict:
         'with freezing.')
     report.add(setup_line)
     report.add()
+    engine_names = dict(torch='torch eager', ort='ONNX Runtime (the graph '
+                        'of lect_mm.export.export_onnx, opset 23)',
+                        inductor='Inductor (torch.compile, freezing)')
     figures = dict(
-        setup=f'{args.engine[0]}, batch {args.batch_sizes[0]}, '
-        f'{args.img_size}², fp32, {threads} thread(s); ' + setup_line,
+        setup=f'median ms of one batch of {args.batch_sizes[0]} at '
+        f'{args.img_size}², fp32, deployed (BatchNorms folded), in '
+        f'{engine_names[args.engine[0]]} with {threads} thread(s), over '
+        f'{args.repeats} timed calls after {args.warmup} warm-up calls, '
+        'every model timed in turns (benchmarks/inference.py --engine)',
         engine=args.engine[0], batch=args.batch_sizes[0],
         models={name: dict(
             ms=stats[name, args.engine[0],

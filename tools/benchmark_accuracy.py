@@ -1121,51 +1121,69 @@ def spread_verdict(a: Sequence[float], b: Sequence[float]) -> str:
     return 'yes, ahead' if diff > 0 else 'yes, behind'
 
 
-def plot_pareto(rows: List[dict], out_png: str, title: str) -> None:
-    """Top-1 (mean ± SD) against training CPU minutes and against
-    inference latency; marker area proportional to the parameters."""
+def pareto_front(points: Sequence[Tuple[float, float]]
+                 ) -> List[Tuple[float, float]]:
+    """The points no other point beats in both cost (lower) and top-1
+    (higher), by cost."""
+    front = []
+    for cost, top1 in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or top1 > front[-1][1]:
+            front.append((cost, top1))
+    return front
+
+
+def plot_pareto(curves: Dict[str, List[dict]], rows: List[dict],
+                out_png: str, title: str) -> None:
+    """Left: top-1 (mean ± SD) against training CPU minutes, every budget a
+    model ran (its budgets joined by a line); right: top-1 at the CPU-time
+    budget against inference latency. Marker area proportional to the
+    parameters; the dashed line joins the points no other beats in both."""
     from matplotlib.figure import Figure
-    fig = Figure(figsize=(11, 4.6), dpi=100)
+    fig = Figure(figsize=(11, 4.8), dpi=100)
     axes = fig.subplots(1, 2, sharey=True)
-    panels = (('cpu_minutes', 'training CPU time (min, mean over seeds)'),
-              ('latency_ms', 'inference latency, batch 1 (ms)'))
-    for ax, (key, xlabel) in zip(axes, panels):
-        for i, row in enumerate(rows):
-            if row.get(key) is None:
-                continue
-            ax.errorbar([row[key]], [row['top1']], yerr=[row['sd'] or 0.],
-                        fmt='none', ecolor=f'C{i % 10}', capsize=3)
-            ax.scatter([row[key]], [row['top1']], s=row['params'] / 2e4,
-                       color=f'C{i % 10}', alpha=0.7,
-                       edgecolors='black', linewidths=0.5,
-                       label=f'{label(row["model"])} '
-                       f'({row["params"] / 1e6:.1f} M)')
-        ax.set_xscale('log')
-        ax.set_xlabel(xlabel)
+    colors = {model: f'C{i % 10}' for i, model in enumerate(curves)}
+
+    def marker(ax, x, row, model, **kwargs):
+        ax.errorbar([x], [row['top1']], yerr=[row['sd'] or 0.], fmt='none',
+                    ecolor=colors[model], capsize=3)
+        ax.scatter([x], [row['top1']], s=row['params'] / 2e4,
+                   color=colors[model], alpha=0.7, edgecolors='black',
+                   linewidths=0.5, **kwargs)
+
+    left, right = axes
+    everything = []
+    for model, points in curves.items():
+        points = sorted(points, key=lambda p: p['cpu_minutes'])
+        left.plot([p['cpu_minutes'] for p in points],
+                  [p['top1'] for p in points], color=colors[model],
+                  linewidth=1, alpha=0.6)
+        for p in points:
+            marker(left, p['cpu_minutes'], p, model)
+            if len(points) > 1:
+                left.annotate(f'{p["epochs"]} ep', (p['cpu_minutes'],
+                                                    p['top1']), fontsize=7,
+                              textcoords='offset points', xytext=(4, -10))
+            everything.append((p['cpu_minutes'], p['top1']))
+    with_latency = [r for r in rows if r.get('latency_ms') is not None]
+    for row in with_latency:
+        marker(right, row['latency_ms'], row, row['model'],
+               label=f'{label(row["model"])} ({row["params"] / 1e6:.1f} M)')
+    for ax, points in ((left, everything),
+                       (right, [(r['latency_ms'], r['top1'])
+                                for r in with_latency])):
+        front = pareto_front(points)
+        if len(front) > 1:
+            ax.plot(*zip(*front), linestyle='--', color='gray', linewidth=1)
         ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel('test top-1 (%), mean ± SD over seeds')
-    axes[1].legend(fontsize=7, loc='lower right', markerscale=0.5)
+    left.set_xlabel('training CPU time (min, mean over seeds)')
+    right.set_xscale('log')
+    right.set_xlabel('inference latency, batch 1 (ms)')
+    left.set_ylabel('test top-1 (%), mean ± SD over seeds')
+    if with_latency:
+        right.legend(fontsize=7, loc='lower right', markerscale=0.4)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(out_png)
-
-
-def plot_budget_curve(curves: Dict[str, List[Tuple[float, float, int]]],
-                      out_png: str, title: str) -> None:
-    """Top-1 against training CPU minutes, one line per model, each point a
-    budget (annotated with its epochs)."""
-    fig, ax = _axes()
-    for i, (model, points) in enumerate(curves.items()):
-        points = sorted(points)
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker='o',
-                color=f'C{i % 10}', label=label(model))
-        for minutes, top1, epochs in points:
-            ax.annotate(f'{epochs} ep', (minutes, top1), fontsize=7,
-                        textcoords='offset points', xytext=(4, -10))
-    ax.set_xscale('log')
-    ax.set_xlabel('training CPU time (min)')
-    ax.set_ylabel('test top-1 (%)')
-    _save(fig, ax, title, out_png)
 
 
 def lr_check(holdout_runs: List[dict]) -> Tuple[List[str], List[str]]:
@@ -1307,11 +1325,23 @@ def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
             f'{step} | {row["cpu_minutes"]:.1f} | {ms} | {row["verdict"]} |')
     if latency:
         lines += ['', f'Latency: {latency["setup"]}']
+    curves = {}
+    for model in models:
+        by_epochs = _group([r for r in main if r['model'] == model],
+                           lambda r: r['epochs'])
+        curves[model] = []
+        for epochs, runs in sorted(by_epochs.items()):
+            top1, sd = mean_sd([r['top1'] for r in runs])
+            curves[model].append(dict(
+                epochs=epochs, runs=runs, top1=top1, sd=sd,
+                params=runs[0]['params'], cpu_minutes=_cpu_minutes(runs)))
     if rows:
         pareto = 'fashion_mnist_cost_pareto.png'
-        plot_pareto(rows, osp.join(args.out_dir, pareto),
-                    f'Fashion-MNIST 64×64, 10,000 images, at {ref_label}\'s '
-                    'CPU-time budget (marker area: parameters)')
+        plot_pareto(curves, rows, osp.join(args.out_dir, pareto),
+                    'Fashion-MNIST 64×64, 10,000 images: every budget run '
+                    '(left), at the CPU time of '
+                    f'{ref_label}\'s 8 epochs (right); marker area: '
+                    'parameters')
         lines += ['', f'![Pareto]({pareto})']
     lines.append('')
 
@@ -1323,7 +1353,8 @@ def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
             '',
             'Budget: forward FLOPs of one image × '
             f'{TRAIN_FLOPS_PER_FORWARD} (forward and backward) × batch × '
-            'steps, the same for every model.',
+            'steps, the same for every model; the models with runs at that '
+            'budget.',
             '',
             '| model | top-1, mean ± SD | seeds | epochs | training CPU '
             f'time (min) | against {ref_label}, beyond the spread? |',
@@ -1339,40 +1370,27 @@ def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
                    if ref else '—') + ' |')
         lines.append('')
 
-    curves = {}
-    for model in models:
-        by_epochs = _group([r for r in main if r['model'] == model],
-                           lambda r: r['epochs'])
-        if len(by_epochs) >= 2:
-            curves[model] = [
-                (_cpu_minutes(runs),
-                 statistics.fmean(r['top1'] for r in runs), epochs)
-                for epochs, runs in by_epochs.items()]
-    if curves:
-        curve = 'fashion_mnist_cost_curve.png'
-        plot_budget_curve(curves, osp.join(args.out_dir, curve),
-                          'Fashion-MNIST 64×64: top-1 against training '
-                          'budget')
+    several = {m: points for m, points in curves.items() if len(points) > 1}
+    if several:
         lines += [
             '## Accuracy against budget',
             '',
-            'Every budget each model ran (top-1: the mean over the seeds '
-            'run at that budget, in parentheses).',
+            'Every budget each model ran more than one of (the left panel of '
+            'the plot above); top-1: the mean ± SD over the seeds run at that '
+            'budget.',
             '',
             '| model | epochs | budgets | seeds | training CPU time (min) | '
             'top-1 |',
             '|---|---:|---|---:|---:|---:|',
         ]
-        for model in curves:
-            for epochs, runs in sorted(_group(
-                    [r for r in main if r['model'] == model],
-                    lambda r: r['epochs']).items()):
+        for model, points in several.items():
+            for p in points:
                 lines.append(
-                    f'| {label(model)} | {epochs} | '
-                    f'{", ".join(runs[0]["budgets"]) or "—"} | {len(runs)} | '
-                    f'{_cpu_minutes(runs):.1f} | '
-                    f'{fmt_mean_sd([r["top1"] for r in runs])} |')
-        lines += ['', f'![budget curve]({curve})', '']
+                    f'| {label(model)} | {p["epochs"]} | '
+                    f'{", ".join(p["runs"][0]["budgets"]) or "—"} | '
+                    f'{len(p["runs"])} | {p["cpu_minutes"]:.1f} | '
+                    f'{fmt_mean_sd([r["top1"] for r in p["runs"]])} |')
+        lines.append('')
 
     held = [r for r in results if r['holdout']]
     if held:

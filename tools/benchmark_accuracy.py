@@ -1267,6 +1267,10 @@ def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
         with open(path) as f:
             calibration = json.load(f)
     commits = sorted({r['commit'] for r in results})
+    # The machine the runs were measured on, as their calibration recorded
+    # it (threads per run included), not the process writing the page.
+    machines = sorted({e['machine'] for e in calibration.values()
+                       if 'machine' in e}) or [machine()]
     lines = [
         '# Fashion-MNIST: accuracy at equal training cost',
         '',
@@ -1285,7 +1289,8 @@ def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
         'so that every model runs through the same `tools/train.py` and '
         '`tools/test.py`.',
         '',
-        f'Measured on: {machine()}; commit {", ".join(commits)}; '
+        f'Measured on: {"; ".join(machines)}; commit '
+        f'{", ".join(commits)}; '
         f'{datetime.date.today().isoformat()}. {len(results)} runs, '
         f'{sum(r["train_cpu_seconds"] for r in results) / 3600:.1f} '
         'CPU-hours of training in all.',
@@ -1354,7 +1359,7 @@ def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
             'Budget: forward FLOPs of one image × '
             f'{TRAIN_FLOPS_PER_FORWARD} (forward and backward) × batch × '
             'steps, the same for every model; the models with runs at that '
-            'budget.',
+            'budget (a run whose epochs both budgets give counts for both).',
             '',
             '| model | top-1, mean ± SD | seeds | epochs | training CPU '
             f'time (min) | against {ref_label}, beyond the spread? |',

@@ -637,7 +637,8 @@ def test_cost_report(ba, tmp_path, monkeypatch):
         resolution=64))
     wd.mkdir()
     (wd / 'calibration.json').write_text(json.dumps({
-        f'cpu {m}': dict(cpu_seconds_per_step=s) for m, s in (
+        f'cpu {m}': dict(cpu_seconds_per_step=s, machine='CPU (box, 1 '
+                         'intra-op thread per run)') for m, s in (
             ('lect_v1', 0.5), ('resnet', 0.2), ('timm/test_vit', 1.0))}))
     # at the CPU-time budget: lect_v1 8 epochs, resnet 20, timm/x 4
     for seed, (a, b, c) in enumerate([(88.0, 87.0, 80.0), (88.2, 87.5, 81.0),
@@ -658,6 +659,8 @@ def test_cost_report(ba, tmp_path, monkeypatch):
              '--out-dir', str(out), '--latency', str(tmp_path / 'lat.json')])
     text = (out / 'fashion_mnist_cost.md').read_text()
     rows = [ln for ln in text.splitlines() if ln.startswith('| ')]
+    # the machine is the one the runs were calibrated on, not this process's
+    assert 'Measured on: CPU (box, 1 intra-op thread per run); commit' in text
     # ranked by mean top-1; ResNet's 87.50 ± 0.50 is behind LeCT v1's
     # 88.20 ± 0.20 by 0.70 = the spread exactly: not beyond it
     assert rows[1].startswith('| LeCT (v1) | 88.20 ± 0.20 | 88.00, 88.20, '

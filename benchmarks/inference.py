@@ -104,6 +104,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         help='--deploy-speedup: timed batches in a row per model and mode '
         '(after one untimed)')
     args = parser.parse_args(argv)
+    args.command = 'python benchmarks/inference.py ' + ' '.join(
+        sys.argv[1:] if argv is None else argv)
     if args.engine and (args.deploy_speedup or args.compile
                         or args.channels_last):
         parser.error('--engine compares its own engines; leave out '
@@ -365,7 +367,8 @@ def engine_table(args, device: torch.device, report: Report) -> dict:
         f'{engine_names[args.engine[0]]} with {threads} thread(s), over '
         f'{args.repeats} timed calls after {args.warmup} warm-up calls, '
         'every model timed in turns (benchmarks/inference.py --engine)',
-        engine=args.engine[0], batch=args.batch_sizes[0],
+        command=args.command, engine=args.engine[0],
+        batch=args.batch_sizes[0],
         models={name: dict(
             ms=stats[name, args.engine[0],
                      args.batch_sizes[0]].median * 1e3,

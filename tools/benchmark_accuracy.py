@@ -1213,6 +1213,58 @@ def lr_check(holdout_runs: List[dict]) -> Tuple[List[str], List[str]]:
     return rows, [ranking(at_one), ranking(best)]
 
 
+def cost_commands(protocol: str, results: List[dict]) -> List[str]:
+    """The commands of this tool that run the cost page's runs: one per
+    budget, held-out split and set of models and seeds, factors of the
+    budget or of the lr merged where they ran the same models and seeds.
+    Runs on held-out images ran at the CPU-time budget's steps."""
+    by_key: Dict = {}
+    for r in results:
+        if r['holdout']:
+            tag = budget_tag('cpu-time', 1.)
+        elif r['budgets']:
+            tag = r['budgets'][0]
+        else:  # not a run of any budget: no command of the page made it
+            continue
+        kind, scale = tag.rsplit(' x', 1)
+        key = (kind, r['holdout'], float(scale), r['lr_scale'])
+        by_key.setdefault(key, {}).setdefault(r['model'], set()).add(
+            r['seed'])
+
+    def frozen(seeds_by_model):
+        return tuple(sorted(((m, tuple(sorted(s)))
+                             for m, s in seeds_by_model.items()),
+                            key=lambda ms: model_order(ms[0])))
+
+    lrs: Dict = {}  # merge lr factors, then budget factors
+    for (kind, holdout, scale, lr), seeds in by_key.items():
+        lrs.setdefault((kind, holdout, scale, frozen(seeds)), []).append(lr)
+    scales: Dict = {}
+    for (kind, holdout, scale, runs), factors in lrs.items():
+        scales.setdefault((kind, holdout, tuple(sorted(factors)), runs),
+                          []).append(scale)
+    lines = []
+    for (kind, holdout, factors, runs), budget_scales in sorted(
+            scales.items(), key=lambda kv: (kv[0][1], kv[0][0] != 'cpu-time',
+                                            kv[0][0], sorted(kv[1]))):
+        by_seeds: Dict = {}
+        for model, seeds in runs:
+            by_seeds.setdefault(seeds, []).append(model)
+        for seeds, models in by_seeds.items():
+            line = (f'python tools/benchmark_accuracy.py --protocol '
+                    f'{protocol} --budget {kind}')
+            if sorted(budget_scales) != [1.]:
+                line += ' --budget-scale ' + ' '.join(
+                    f'{x:g}' for x in sorted(budget_scales))
+            if holdout:
+                line += f' --holdout {holdout}'
+            if list(factors) != [1.]:
+                line += ' --lr-scale ' + ' '.join(f'{x:g}' for x in factors)
+            lines.append(line + ' --models ' + ' '.join(models) +
+                         ' --seeds ' + ' '.join(map(str, seeds)))
+    return lines
+
+
 def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
                       base_images: int) -> str:
     """``fashion_mnist_cost.md``: accuracy at equal training cost (the
@@ -1414,6 +1466,24 @@ def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
             f'- Ranking at each model\'s best lr: {tuned}.',
             '',
         ]
+    page = f'python tools/benchmark_accuracy.py --protocol {args.protocol} ' \
+        '--cost-report' + (f' --latency {args.latency}' if args.latency
+                           else '')
+    lines += [
+        '## Commands',
+        '',
+        'Each run is skipped once its result exists, so the runs can be '
+        'made in any order and after any interruption; the latency and '
+        'this page last, on an otherwise idle machine:',
+        '',
+        '```bash',
+        'apt-get install -y dataset-fashion-mnist',
+        *cost_commands(args.protocol, results),
+        *([latency['command']] if 'command' in latency else []),
+        page,
+        '```',
+        '',
+    ]
     text = '\n'.join(lines)
     with open(osp.join(args.out_dir, 'fashion_mnist_cost.md'), 'w') as f:
         f.write(text)

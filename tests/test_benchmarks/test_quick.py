@@ -199,6 +199,9 @@ def test_inference_engines(bench, tmp_path):
     assert len(timm_row.strip('|').split('|')) == 6
     figures = json.loads(out.read_text())
     assert (figures['engine'], figures['batch']) == ('torch', 1)
+    assert figures['command'].startswith(
+        'python benchmarks/inference.py --quick') and figures[
+            'command'].endswith(f'--json {out}')
     assert figures['models']['timm/test_resnet']['ms'] > 0
     with pytest.raises(SystemExit):
         mod.parse_args(['--engine', 'ort', '--compile'])

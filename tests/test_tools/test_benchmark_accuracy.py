@@ -653,7 +653,8 @@ def test_cost_report(ba, tmp_path, monkeypatch):
         _result(wd, 'lect_v1', 0, 10, a, 10., lr_scale=scale, holdout=2000)
         _result(wd, 'timm/test_vit', 0, 5, b, 9., lr_scale=scale, holdout=2000)
     (tmp_path / 'lat.json').write_text(json.dumps(dict(
-        setup='ONNX Runtime, 2 threads', models={'lect_v1': {'ms': 2.5}})))
+        setup='ONNX Runtime, 2 threads', command='python benchmarks/'
+        'inference.py --engine ort', models={'lect_v1': {'ms': 2.5}})))
     out = tmp_path / 'out'
     ba.main(['--protocol', 'cpu', '--cost-report', '--work-dir', str(wd),
              '--out-dir', str(out), '--latency', str(tmp_path / 'lat.json')])
@@ -684,6 +685,18 @@ def test_cost_report(ba, tmp_path, monkeypatch):
         in text
     assert '- Ranking at each model\'s best lr: timm test_vit > LeCT ' \
         '(v1).' in text
+    # the commands that make every run, then the latency and the page
+    tool = 'python tools/benchmark_accuracy.py --protocol cpu'
+    commands = text.split('```bash\n')[-1].split('\n```')[0].splitlines()
+    assert commands[1:] == [
+        f'{tool} --budget cpu-time --models lect_v1 resnet timm/test_vit '
+        '--seeds 0 1 2',
+        f'{tool} --budget epochs --models resnet --seeds 0',
+        f'{tool} --budget flops --models resnet --seeds 0 1 2',
+        f'{tool} --budget cpu-time --holdout 2000 --lr-scale 0.5 1 2 '
+        '--models lect_v1 timm/test_vit --seeds 0',
+        'python benchmarks/inference.py --engine ort',
+        f'{tool} --cost-report --latency {tmp_path / "lat.json"}']
     runs = json.loads((out / 'fashion_mnist_cost_runs.json').read_text())
     assert len(runs) == 19
     assert {r['epochs']: r['budgets'] for r in runs

@@ -191,15 +191,18 @@ def test_mim_root_names_both_places_when_nothing_is_found(tmp_path):
         mim_root(package)
 
 
-@pytest.mark.parametrize('protocol', ['cpu', 'cpu112'])
+@pytest.mark.parametrize('protocol', ['cpu', 'cpu112', 'cost'])
 def test_fashion_mnist_metrics_are_the_means_of_the_results_runs(protocol):
     # The metafile's figures for a protocol are the means over seeds of the
     # runs docs/results keeps (tools/benchmark_accuracy.py's *_runs.json),
-    # and every model with runs there has them.
+    # and every model with runs there has them. The cost study's configs
+    # are its models at LeCT v1's CPU-time budget.
     results = REPO / 'docs' / 'results'
     runs_file = results / f'fashion_mnist_{protocol}_runs.json'
-    runs = [r for r in json.loads(runs_file.read_text())
-            if r.get('train_images', 10000) == 10000]
+    runs = [dict(r, model=r['model'].replace('/', '-'))
+            for r in json.loads(runs_file.read_text())
+            if r.get('train_images', 10000) == 10000
+            and 'cpu-time x1' in r.get('budgets', ['cpu-time x1'])]
     suffix = f'_fashion_mnist_{protocol}.py'
     listed = {}
     for name, (config, model) in INDEX.items():

@@ -1073,6 +1073,9 @@ def write_runs(results: List[dict], path: str) -> None:
 # ------------------------------------------------------------ cost report
 #: The budgets of ``--cost-report``: (budget, scale) of the reference run.
 COST_BUDGETS = (('cpu-time', 1.), ('flops', 1.), ('epochs', 1.))
+#: The budget factors (``--budget-scale``) the cost page recognises a run
+#: by, beside x1 (listed first); a run of no budget is listed without one.
+COST_SCALES = (0.25, 0.5, 2., 4.)
 
 
 def budget_tag(budget: str, scale: float) -> str:
@@ -1281,7 +1284,9 @@ def write_cost_report(args, work_root: str, options: Sequence[str], cfg,
         r.setdefault('lr_scale', 1.)
     models = sorted({r['model'] for r in results}, key=model_order)
     epochs_at = budget_schedules(args, models, cfg, base_images, work_root,
-                                 options, COST_BUDGETS)
+                                 options, COST_BUDGETS + tuple(
+                                     (budget, x) for x in COST_SCALES
+                                     for budget, _ in COST_BUDGETS))
     for r in results:
         r['budgets'] = run_budgets(r, epochs_at)
     latency = {}

@@ -648,6 +648,7 @@ def test_cost_report(ba, tmp_path, monkeypatch):
         _result(wd, 'timm/test_vit', seed, 4, c, 9.)
         _result(wd, 'resnet', seed, 16, b - 0.5, 8., lr=6e-3)  # FLOPs
     _result(wd, 'resnet', 0, 8, 85.0, 4., lr=6e-3)  # epochs: a curve point
+    _result(wd, 'lect_v1', 0, 16, 89.0, 20.)  # --budget-scale 2: another
     for scale, (a, b) in {0.5: (84.0, 86.0), 1.: (85.6, 85.5),
                           2.: (85.2, 84.0)}.items():
         _result(wd, 'lect_v1', 0, 10, a, 10., lr_scale=scale, holdout=2000)
@@ -676,7 +677,9 @@ def test_cost_report(ba, tmp_path, monkeypatch):
     assert '| ResNet | 87.00 ± 0.50 | 86.50, 87.00, 87.50 | 16 | 8.0 |' \
         in text
     # the curve lists every budget ResNet ran
-    assert '| ResNet | 8 | epochs x1 | 1 | 4.0 | 85.00 |' in text
+    assert '| ResNet | 8 | epochs x1, flops x0.5 | 1 | 4.0 | 85.00 |' in text
+    assert '| LeCT (v1) | 16 | cpu-time x2, flops x2, epochs x2 | 1 | 20.0 ' \
+        '| 89.00 |' in text
     assert '| ResNet | 20 | cpu-time x1 | 3 | 11.0 | 87.50 ± 0.50 |' in text
     # the lr check on held-out images changes the ranking
     assert ('| timm test_vit | 86.00 (0.0005) | 85.50 (0.001) | 84.00 '
@@ -691,6 +694,8 @@ def test_cost_report(ba, tmp_path, monkeypatch):
     assert commands[1:] == [
         f'{tool} --budget cpu-time --models lect_v1 resnet timm/test_vit '
         '--seeds 0 1 2',
+        f'{tool} --budget cpu-time --budget-scale 2 --models lect_v1 '
+        '--seeds 0',
         f'{tool} --budget epochs --models resnet --seeds 0',
         f'{tool} --budget flops --models resnet --seeds 0 1 2',
         f'{tool} --budget cpu-time --holdout 2000 --lr-scale 0.5 1 2 '
@@ -698,10 +703,11 @@ def test_cost_report(ba, tmp_path, monkeypatch):
         'python benchmarks/inference.py --engine ort',
         f'{tool} --cost-report --latency {tmp_path / "lat.json"}']
     runs = json.loads((out / 'fashion_mnist_cost_runs.json').read_text())
-    assert len(runs) == 19
+    assert len(runs) == 20
     assert {r['epochs']: r['budgets'] for r in runs
             if r['model'] == 'lect_v1' and not r['holdout']} == {
-                8: ['cpu-time x1', 'flops x1', 'epochs x1']}
+                8: ['cpu-time x1', 'flops x1', 'epochs x1'],
+                16: ['cpu-time x2', 'flops x2', 'epochs x2']}
     assert (out / 'fashion_mnist_cost_pareto.png').stat().st_size
     assert ba.pareto_front([(2, 80.), (1, 70.), (3, 79.), (4, 85.),
                             (1, 72.)]) == [(1, 72.), (2, 80.), (4, 85.)]
